@@ -1,0 +1,137 @@
+"""Start and stop a tritonserver process in explicit model-control mode."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from control_plane.triton.runtime import CACHE_DIR, TritonRuntime, locate
+
+# vLLM on a CPU: a KV cache of 1 GiB (the default refuses to start for lack of memory), no hub.
+ENGINE_ENVIRONMENT = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_HOST_IP": "127.0.0.1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class TritonPorts:
+    http: int = field(default_factory=free_port)
+    grpc: int = field(default_factory=free_port)
+    metrics: int = field(default_factory=free_port)
+
+
+class TritonServer:
+    """One tritonserver process; ``start()`` returns once it answers its liveness check."""
+
+    def __init__(self, model_repository: Path, ports: TritonPorts | None = None,
+                 log_path: Path | None = None, extra_args: list[str] | None = None,
+                 runtime: TritonRuntime | None = None) -> None:
+        self.model_repository = model_repository
+        self.ports = ports or TritonPorts()
+        self.log_path = log_path or CACHE_DIR / "logs" / f"tritonserver-{self.ports.http}.log"
+        self.extra_args = extra_args or []
+        self.runtime = runtime or locate()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.ports.http}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.ports.grpc}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.metrics}/metrics"
+
+    def command(self) -> list[str]:
+        return [
+            str(self.runtime.binary),
+            f"--model-repository={self.model_repository}",
+            "--model-control-mode=explicit",
+            f"--backend-directory={self.runtime.backends_dir}",
+            f"--cache-directory={self.runtime.cache_dir}",
+            "--http-address=127.0.0.1",
+            f"--http-port={self.ports.http}",
+            "--grpc-address=127.0.0.1",
+            f"--grpc-port={self.ports.grpc}",
+            "--metrics-address=127.0.0.1",
+            f"--metrics-port={self.ports.metrics}",
+            "--strict-readiness=true",
+            "--exit-timeout-secs=10",
+            # Auto-complete costs ~1 s per load and our configs are complete.
+            "--disable-auto-complete-config",
+            "--allow-gpu-metrics=false",
+            "--pinned-memory-pool-byte-size=0",
+            *self.extra_args,
+        ]
+
+    def environment(self) -> dict[str, str]:
+        env = self.runtime.environment()
+        for key, value in ENGINE_ENVIRONMENT.items():
+            env.setdefault(key, value)
+        env.setdefault("LLM_MODELS_DIR", str(CACHE_DIR / "models"))
+        return env
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_file = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            self.command(), stdout=log_file, stderr=subprocess.STDOUT, env=self.environment(),
+            # Its own session, so a terminal's Ctrl-C reaches it only through us.
+            start_new_session=True,
+        )
+        log_file.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"tritonserver exited with {self.process.returncode}; see {self.log_path}"
+                )
+            if self.is_live():
+                return
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"tritonserver was not live after {timeout:.0f} s; see {self.log_path}")
+
+    def is_live(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.http_url}/v2/health/live", timeout=1) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def stop(self, timeout: float = 60.0) -> int | None:
+        """SIGTERM (Triton unloads models, our backend drains), then SIGKILL after ``timeout``."""
+        if self.process is None or self.process.poll() is not None:
+            return None if self.process is None else self.process.returncode
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait(timeout=10)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)

@@ -1,0 +1,172 @@
+"""Triton Python-based backend hosting a vLLM engine: lifecycle only.
+
+Parsing, sampling parameters, admission, priorities and streaming live in modules that import
+nothing from Triton; this file wires them to ``triton_python_backend_utils``.
+"""
+
+from __future__ import annotations
+
+import locale
+
+# The stub's embedded Python runs with a C locale whatever LANG says, and importing vLLM (torch
+# inductor templates) then fails with UnicodeDecodeError; set it before anything imports torch.
+locale.setlocale(locale.LC_CTYPE, "C.UTF-8")
+
+import json  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+from dataclasses import replace  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+import triton_python_backend_utils as pb_utils  # noqa: E402
+
+from llm_backend.admission import Admission  # noqa: E402
+from llm_backend.batcher_wakeup import BatcherWakeup, waited_behind_work  # noqa: E402
+from llm_backend.engine import EngineHost, GenerationJob  # noqa: E402
+from llm_backend.errors import BackendError, Unavailable  # noqa: E402
+from llm_backend.inflight import InflightLimiter  # noqa: E402
+from llm_backend.request import (  # noqa: E402
+    WAKEUP_PARAMETER,
+    is_wakeup,
+    parse_parameters_json,
+    parse_request,
+)
+from llm_backend.settings import load_settings  # noqa: E402
+from llm_backend.triton_io import TritonResponseSink, read_raw_request  # noqa: E402
+from llm_backend.triton_metrics import TritonBackendMetrics  # noqa: E402
+
+log = logging.getLogger("llm_backend")
+# Without back-pressure (the FCFS baseline), every request goes straight to the engine.
+UNBOUNDED = 1 << 30
+
+
+def _python_executable() -> str:
+    for candidate in (sys.executable, str(Path(sys.prefix) / "bin" / "python3"), shutil.which("python3")):
+        if candidate and Path(candidate).name.startswith("python") and Path(candidate).exists():
+            return candidate
+    raise RuntimeError("cannot find a python3 to run the engine reaper")
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, Any]) -> None:
+        self._name = args["model_name"]
+        self._version = args["model_version"]
+        model_config = json.loads(args["model_config"])
+        self._settings = load_settings(model_config, Path(args["model_repository"]) / self._version)
+        self._levels = self._settings.levels
+        self._closing = False
+        self._unloading_self = threading.Lock()
+        self._metrics = TritonBackendMetrics(pb_utils, self._name, self._version, self._levels.count)
+        # Started before the engine, so the engine processes are its owner's descendants.
+        self._reaper = subprocess.Popen(
+            [_python_executable(), "-m", "llm_backend.reaper",
+             "--watch", str(os.getpid()), "--watch", str(os.getppid()), "--owner", str(os.getpid())],
+            stdin=subprocess.PIPE, text=True,
+        )
+        self._engine = EngineHost(self._settings.engine_args, self._metrics, self._on_engine_dead)
+        self._engine.start()
+        capacity = self._settings.max_inflight or self._engine.max_num_seqs
+        self._limiter = InflightLimiter(capacity if self._settings.back_pressure else UNBOUNDED)
+        self._admission = Admission(self._engine.max_model_len)
+        self._wakeup: BatcherWakeup | None = None
+        if self._settings.batcher_wakeup and "dynamic_batching" in model_config:
+            self._wakeup = BatcherWakeup(self._send_noop)
+            self._wakeup.start()
+        log.info("llm_backend %s/%s ready: in-flight limit %s, %s priority levels (default %s)",
+                 self._name, self._version, self._limiter.capacity, self._levels.count,
+                 self._levels.default)
+
+    def execute(self, requests: list[Any]) -> None:
+        handled_real_work = False
+        for request in requests:
+            sink = TritonResponseSink(pb_utils, request.get_response_sender())
+            try:
+                parameters = parse_parameters_json(request.parameters())
+            except BackendError as exc:
+                sink.fail(exc)
+                handled_real_work = True
+                continue
+            if is_wakeup(parameters):
+                sink.send(None, final=True)
+                if self._wakeup and waited_behind_work(int(parameters.get("sent_at_ns", 0))):
+                    self._wakeup.poke()
+                continue
+            handled_real_work = True
+            self._accept(request, parameters, sink)
+        if handled_real_work and self._wakeup:
+            self._wakeup.poke()
+
+    def _accept(self, request: Any, parameters: dict[str, Any], sink: TritonResponseSink) -> None:
+        try:
+            if self._engine.dead is not None:
+                raise Unavailable(f"the vLLM engine died ({self._engine.dead}); the model is being unloaded")
+            if self._closing:
+                raise Unavailable("the model is unloading")
+            generation = parse_request(read_raw_request(pb_utils, request, parameters), self._levels)
+            if not self._settings.priority_passthrough:
+                generation = replace(generation, priority=0)
+            sink.generation = generation
+            prompt_ids = self._engine.tokenize(generation.prompt)
+            self._admission.check(len(prompt_ids), generation.sampling.max_tokens)
+        except BackendError as exc:
+            sink.fail(exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - fail this request, keep serving the others
+            log.exception("request could not be prepared")
+            sink.fail(BackendError(f"request could not be prepared: {type(exc).__name__}: {exc}"))
+            return
+        level = generation.priority if generation.priority else self._levels.default
+        # Blocks while the engine is full: the instance stays busy and Triton keeps the rest
+        # queued by priority.
+        if not self._limiter.acquire(level):
+            sink.fail(Unavailable("the model is unloading"))
+            return
+        self._publish_request_gauges()
+        self._engine.submit(GenerationJob(generation, prompt_ids, sink, lambda: self._release(level)))
+
+    def _release(self, level: int) -> None:
+        self._limiter.release(level)
+        self._publish_request_gauges()
+
+    def _publish_request_gauges(self) -> None:
+        inflight, waiting = self._limiter.snapshot()
+        self._metrics.set_requests(inflight, waiting)
+
+    def _send_noop(self, sent_at_ns: int) -> None:
+        noop = pb_utils.InferenceRequest(
+            model_name=self._name,
+            model_version=int(self._version),
+            inputs=[pb_utils.Tensor("text_input", np.array([b""], dtype=np.object_))],
+            requested_output_names=["text_output"],
+            parameters={WAKEUP_PARAMETER: True, "sent_at_ns": sent_at_ns},
+        )
+        # Collected on a thread of its own: the no-op may wait in the queue behind real work,
+        # and the next wake-up must not wait for it.
+        threading.Thread(target=lambda: list(noop.exec(decoupled=True)), daemon=True).start()
+
+    def _on_engine_dead(self, error: BaseException) -> None:
+        # Only the first failing request unloads; r24.10 has no other way to mark a model
+        # not ready, and explicit model control is what the platform runs.
+        if not self._unloading_self.acquire(blocking=False):
+            return
+        log.error("vLLM engine died (%s): unloading %s", error, self._name)
+        threading.Thread(target=pb_utils.unload_model, args=(self._name,), daemon=True).start()
+
+    def finalize(self) -> None:
+        self._closing = True
+        if self._wakeup:
+            self._wakeup.stop()
+        drained = self._limiter.wait_idle(self._settings.drain_timeout_s)
+        self._limiter.close()
+        reason = "the model was unloaded" + ("" if drained else " before the request finished")
+        self._engine.shutdown(reason)
+        if self._reaper.poll() is None:
+            self._reaper.stdin.write("stop\n")
+            self._reaper.stdin.flush()
+            self._reaper.wait(timeout=5)

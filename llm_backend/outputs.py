@@ -1,0 +1,54 @@
+"""What one response carries, built from vLLM's ``RequestOutput`` without any Triton types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from llm_backend.errors import BackendError
+
+
+@dataclass
+class OutputChunk:
+    """Text and counts for one response; one entry per sequence when ``n > 1``."""
+
+    texts: list[str]
+    finish_reasons: list[str]
+    num_output_tokens: list[int]
+    num_input_tokens: int
+
+
+@dataclass
+class SequenceProgress:
+    """Tokens generated so far per sequence, for token counts and latency metrics."""
+
+    tokens: dict[int, int] = field(default_factory=dict)
+
+    def total(self) -> int:
+        return sum(self.tokens.values())
+
+
+class ResponseSink(Protocol):
+    """Where a request's responses go (Triton's response sender in production)."""
+
+    def send(self, chunk: OutputChunk | None, final: bool) -> None: ...
+
+    def fail(self, error: BackendError) -> None: ...
+
+    def is_cancelled(self) -> bool: ...
+
+
+class BackendMetrics(Protocol):
+    """The backend's custom metrics; ``triton_metrics.py`` publishes them on Triton's /metrics."""
+
+    def observe_prompt_tokens(self, count: int) -> None: ...
+
+    def observe_generated_tokens(self, count: int) -> None: ...
+
+    def observe_time_to_first_token(self, seconds: float) -> None: ...
+
+    def observe_inter_token_latency(self, seconds: float) -> None: ...
+
+    def set_requests(self, inflight: dict[int, int], waiting: dict[int, int]) -> None: ...
+
+    def set_engine_requests(self, running: int, waiting: int) -> None: ...

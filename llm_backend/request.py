@@ -1,0 +1,110 @@
+"""Parse what a client sent (Triton tensors and request parameters, already unpacked) into one
+validated ``GenerationRequest``. Knows nothing of Triton's types, so it tests anywhere."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllm import SamplingParams
+
+from llm_backend.errors import InvalidRequest
+from llm_backend.priority import PriorityLevels
+from llm_backend.sampling import build_sampling_params, parse_json_object
+
+# Request parameters that are not sampling parameters: our priority, and the request id that
+# Triton's HTTP generate endpoint copies into the parameters.
+PRIORITY_PARAMETER = "priority"
+NON_SAMPLING_PARAMETERS = frozenset({PRIORITY_PARAMETER, "id"})
+# Set only on the backend's own wake-up requests (see batcher_wakeup.py).
+WAKEUP_PARAMETER = "llm_backend_wakeup"
+
+
+@dataclass(frozen=True)
+class RawRequest:
+    """A request as received: optional inputs are None when the client did not send them."""
+
+    text_input: bytes | str | None
+    stream: bool | None = None
+    sampling_parameters: bytes | str | None = None
+    exclude_input_in_output: bool | None = None
+    return_finish_reason: bool | None = None
+    return_num_input_tokens: bool | None = None
+    return_num_output_tokens: bool | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """A validated request, ready for admission and the engine."""
+
+    prompt: str
+    streaming: bool
+    sampling: SamplingParams
+    include_prompt_in_output: bool
+    return_finish_reason: bool
+    return_num_input_tokens: bool
+    return_num_output_tokens: bool
+    priority: int
+    priority_from_client: bool
+
+
+def _text(value: bytes | str, field_name: str) -> str:
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidRequest(field_name, f"is not valid UTF-8 ({exc.reason})") from None
+    return value
+
+
+def parse_parameters_json(text: str | None) -> dict[str, Any]:
+    """Triton hands request parameters over as a JSON object string."""
+    if not text:
+        return {}
+    return parse_json_object(text, "parameters")
+
+
+def is_wakeup(parameters: dict[str, Any]) -> bool:
+    """True for the backend's own no-op requests, which get an empty answer."""
+    return parameters.get(WAKEUP_PARAMETER) is True
+
+
+def parse_request(raw: RawRequest, levels: PriorityLevels) -> GenerationRequest:
+    """Validate a raw request; every problem raises ``InvalidRequest`` naming its field."""
+    if raw.text_input is None:
+        raise InvalidRequest("text_input", "is required")
+    prompt = _text(raw.text_input, "text_input")
+    streaming = bool(raw.stream)
+
+    if raw.sampling_parameters is not None:
+        text = _text(raw.sampling_parameters, "sampling_parameters")
+        sampling_raw = parse_json_object(text, "sampling_parameters") if text.strip() else {}
+    else:
+        # Like the stock vLLM backend: without the input, sampling parameters may come as
+        # request parameters (HTTP generate's "parameters": {"temperature": 0, ...}).
+        sampling_raw = {
+            key: value
+            for key, value in raw.parameters.items()
+            if key not in NON_SAMPLING_PARAMETERS
+        }
+    sampling = build_sampling_params(sampling_raw, streaming=streaming)
+
+    priority_raw = raw.parameters.get(PRIORITY_PARAMETER)
+    # The stock backend includes the prompt in non-streaming output unless told not to; a stream
+    # carries only the new text unless the client asks for the prompt explicitly.
+    if raw.exclude_input_in_output is None:
+        include_prompt = not streaming
+    else:
+        include_prompt = not raw.exclude_input_in_output
+    return GenerationRequest(
+        prompt=prompt,
+        streaming=streaming,
+        sampling=sampling,
+        include_prompt_in_output=include_prompt,
+        return_finish_reason=bool(raw.return_finish_reason),
+        return_num_input_tokens=bool(raw.return_num_input_tokens),
+        return_num_output_tokens=bool(raw.return_num_output_tokens),
+        priority=levels.resolve(priority_raw),
+        priority_from_client=priority_raw is not None,
+    )

@@ -1,0 +1,112 @@
+"""The backend's settings: vLLM engine arguments from ``<version>/model.json`` and our own knobs
+from the model config's ``parameters``, validated once at load time."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llm_backend.priority import PriorityLevels
+
+_UNEXPANDED = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+class SettingsError(ValueError):
+    """The model's configuration cannot be served; the message names the setting."""
+
+
+@dataclass(frozen=True)
+class BackendSettings:
+    engine_args: dict[str, Any]
+    levels: PriorityLevels
+    # None: take the engine's max_num_seqs once it is built.
+    max_inflight: int | None
+    back_pressure: bool
+    priority_passthrough: bool
+    batcher_wakeup: bool
+    drain_timeout_s: float
+
+
+def _parameter(model_config: dict[str, Any], key: str) -> str | None:
+    value = (model_config.get("parameters") or {}).get(key)
+    if value is None:
+        return None
+    text = str(value.get("string_value", "")).strip()
+    return text or None
+
+
+def _flag(model_config: dict[str, Any], key: str, default: bool) -> bool:
+    text = _parameter(model_config, key)
+    if text is None:
+        return default
+    if text.lower() in _TRUE:
+        return True
+    if text.lower() in _FALSE:
+        return False
+    raise SettingsError(f"parameters.{key}: expected true or false, got {text!r}")
+
+
+def _number(model_config: dict[str, Any], key: str, kind: type, minimum: float) -> Any:
+    text = _parameter(model_config, key)
+    if text is None:
+        return None
+    try:
+        value = kind(text)
+    except ValueError:
+        raise SettingsError(f"parameters.{key}: expected a number, got {text!r}") from None
+    if value < minimum:
+        raise SettingsError(f"parameters.{key}: must be at least {minimum}, got {value}")
+    return value
+
+
+def _expand(value: Any, where: str) -> Any:
+    """Expand $VARS in string values, so one model.json serves on any machine."""
+    if not isinstance(value, str):
+        return value
+    expanded = os.path.expandvars(value)
+    leftover = _UNEXPANDED.search(expanded)
+    if leftover:
+        raise SettingsError(f"model.json {where}: environment variable {leftover.group(0)} is not set")
+    return expanded
+
+
+def load_engine_args(path: Path) -> dict[str, Any]:
+    """Read vLLM engine arguments from ``model.json``."""
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SettingsError(f"{path} is missing: the model version needs a model.json") from None
+    except json.JSONDecodeError as exc:
+        raise SettingsError(f"{path}: invalid JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(raw, dict) or "model" not in raw:
+        raise SettingsError(f"{path}: must be a JSON object with at least a \"model\" key")
+    return {key: _expand(value, key) for key, value in raw.items()}
+
+
+def load_settings(model_config: dict[str, Any], version_dir: Path) -> BackendSettings:
+    """Build settings from Triton's model config (JSON form) and the version directory."""
+    engine_args = load_engine_args(version_dir / "model.json")
+    passthrough = _flag(model_config, "priority_passthrough", True)
+    if passthrough:
+        policy = engine_args.setdefault("scheduling_policy", "priority")
+        if policy != "priority":
+            raise SettingsError(
+                f"model.json scheduling_policy is {policy!r}, but priority_passthrough needs "
+                "\"priority\"; set parameters.priority_passthrough to false to run FCFS"
+            )
+    drain_timeout_s = _number(model_config, "drain_timeout_seconds", float, 0)
+    return BackendSettings(
+        engine_args=engine_args,
+        levels=PriorityLevels.from_model_config(model_config),
+        max_inflight=_number(model_config, "max_inflight_requests", int, 1),
+        back_pressure=_flag(model_config, "back_pressure", True),
+        priority_passthrough=passthrough,
+        batcher_wakeup=_flag(model_config, "batcher_wakeup", True),
+        drain_timeout_s=30.0 if drain_timeout_s is None else drain_timeout_s,
+    )

@@ -1,0 +1,76 @@
+"""The backend's custom metrics, published through Triton's metrics API on its /metrics port.
+
+Takes ``triton_python_backend_utils`` as an argument instead of importing it, so only the stub
+(where that module exists) constructs it.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+TTFT_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
+ITL_BUCKETS = [0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1.0]
+
+
+class TritonBackendMetrics:
+    """Counters, histograms and gauges labelled by model and version (and priority level)."""
+
+    def __init__(self, pb_utils: Any, model: str, version: str, levels: int) -> None:
+        family = pb_utils.MetricFamily
+        labels = {"model": model, "version": version}
+        self._lock = threading.Lock()
+        self._families = [
+            prompt := family("llm_prompt_tokens_total", "Prompt tokens admitted", family.COUNTER),
+            generated := family("llm_generation_tokens_total", "Tokens generated", family.COUNTER),
+            ttft := family("llm_time_to_first_token_seconds",
+                           "From the backend receiving a request to its first token",
+                           family.HISTOGRAM),
+            itl := family("llm_inter_token_latency_seconds", "Time between generated tokens",
+                          family.HISTOGRAM),
+            inflight := family("llm_inflight_requests",
+                               "Requests handed to the engine, by priority level", family.GAUGE),
+            waiting := family("llm_waiting_requests",
+                              "Requests the backend holds waiting for an engine slot, by priority "
+                              "level (requests still in Triton's queue are counted by "
+                              "nv_inference_pending_request_count)", family.GAUGE),
+            engine := family("llm_engine_requests",
+                             "Requests inside vLLM's scheduler, by state", family.GAUGE),
+        ]
+        self._prompt = prompt.Metric(labels=labels)
+        self._generated = generated.Metric(labels=labels)
+        self._ttft = ttft.Metric(labels=labels, buckets=TTFT_BUCKETS)
+        self._itl = itl.Metric(labels=labels, buckets=ITL_BUCKETS)
+        self._inflight = {
+            level: inflight.Metric(labels={**labels, "priority": str(level)})
+            for level in range(1, levels + 1)
+        }
+        self._waiting = {
+            level: waiting.Metric(labels={**labels, "priority": str(level)})
+            for level in range(1, levels + 1)
+        }
+        self._engine_running = engine.Metric(labels={**labels, "state": "running"})
+        self._engine_waiting = engine.Metric(labels={**labels, "state": "waiting"})
+
+    def observe_prompt_tokens(self, count: int) -> None:
+        self._prompt.increment(count)
+
+    def observe_generated_tokens(self, count: int) -> None:
+        self._generated.increment(count)
+
+    def observe_time_to_first_token(self, seconds: float) -> None:
+        self._ttft.observe(seconds)
+
+    def observe_inter_token_latency(self, seconds: float) -> None:
+        self._itl.observe(seconds)
+
+    def set_requests(self, inflight: dict[int, int], waiting: dict[int, int]) -> None:
+        with self._lock:
+            for level, gauge in self._inflight.items():
+                gauge.set(inflight.get(level, 0))
+            for level, gauge in self._waiting.items():
+                gauge.set(waiting.get(level, 0))
+
+    def set_engine_requests(self, running: int, waiting: int) -> None:
+        self._engine_running.set(running)
+        self._engine_waiting.set(waiting)

@@ -89,6 +89,7 @@ class EngineHost:
                                         daemon=True)
         self._engine: AsyncLLM | None = None
         self._jobs: dict[str, GenerationJob] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
         self.dead: BaseException | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -99,7 +100,11 @@ class EngineHost:
     async def _build(self) -> None:
         recorder = functools.partial(_SchedulerStatsRecorder, metrics=self._metrics)
         self._engine = AsyncLLM.from_engine_args(self._args, stat_loggers=[recorder])
-        self._loop.create_task(self._watch_cancellations())
+        self._track(self._loop.create_task(self._watch_cancellations()))
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     @property
     def engine(self) -> AsyncLLM:
@@ -128,22 +133,27 @@ class EngineHost:
     def shutdown(self, abort_message: str) -> None:
         """Fail what is still running, stop the engine and its processes, stop the loop."""
         if self._engine is not None and self._thread.is_alive():
-            future = asyncio.run_coroutine_threadsafe(self._abort_all(abort_message), self._loop)
+            future = asyncio.run_coroutine_threadsafe(self._close(abort_message), self._loop)
             try:
-                future.result(timeout=10)
+                future.result(timeout=15)
             except Exception:  # noqa: BLE001 - shutting down regardless
-                log.exception("aborting in-flight requests failed")
+                log.exception("closing in-flight requests failed")
             self._engine.shutdown()
         if self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
+        # Response senders must not outlive the stub's shared memory (they crash at exit).
+        self._jobs.clear()
 
-    async def _abort_all(self, message: str) -> None:
+    async def _close(self, message: str) -> None:
         for job in list(self._jobs.values()):
             job.aborted = True
             job.sink.fail(Unavailable(message))
         if self._jobs:
             await self.engine.abort(list(self._jobs))
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.wait(list(self._tasks) or [asyncio.sleep(0)], timeout=10)
 
     # -- requests ----------------------------------------------------------------------------
     def submit(self, job: GenerationJob) -> None:
@@ -152,7 +162,7 @@ class EngineHost:
 
     def _start_job(self, job: GenerationJob) -> None:
         self._jobs[job.request_id] = job
-        self._loop.create_task(self._generate(job))
+        self._track(self._loop.create_task(self._generate(job)))
 
     async def _watch_cancellations(self) -> None:
         while True:

@@ -78,11 +78,14 @@ class TritonResponseSink:
             if self._closed:
                 return
             flags = self._pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
-            self._closed = final
             if response is None:
                 self._sender.send(flags=flags)
             else:
                 self._sender.send(response, flags=flags)
+            if final:
+                self._closed = True
+                # Drop the sender now: one kept alive until interpreter exit crashes the stub.
+                self._sender = None
 
     def send(self, chunk: OutputChunk | None, final: bool) -> None:
         if chunk is None:
@@ -94,7 +97,8 @@ class TritonResponseSink:
         self._emit(self._pb.InferenceResponse(error=triton_error(self._pb, error)), True)
 
     def is_cancelled(self) -> bool:
-        return bool(self._sender.is_cancelled())
+        with self._lock:
+            return self._closed or bool(self._sender.is_cancelled())
 
     def _tensors(self, chunk: OutputChunk) -> list[Any]:
         tensor = self._pb.Tensor

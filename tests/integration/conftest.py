@@ -1,0 +1,39 @@
+"""One tritonserver and one model load for the whole test session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import tritonclient.http as httpclient
+
+from control_plane.triton.runtime import CACHE_DIR, PROJECT_ROOT
+from control_plane.triton.server import TritonServer
+from tests.integration.support import MODEL, load_model
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "integration" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def triton() -> Iterator[TritonServer]:
+    server = TritonServer(PROJECT_ROOT / "model_repository",
+                          log_path=CACHE_DIR / "logs" / "test-session-tritonserver.log")
+    server.start()
+    try:
+        load_model(server)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def served(triton: TritonServer) -> TritonServer:
+    """The session server with the model ready (reloaded if a test unloaded it)."""
+    with httpclient.InferenceServerClient(triton.http_url) as client:
+        if not client.is_model_ready(MODEL):
+            load_model(triton)
+    return triton

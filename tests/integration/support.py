@@ -150,6 +150,9 @@ class GrpcStream:
             self.model, stock_inputs(prompt, sampling, stream=stream),
             enable_empty_final_response=True, **kwargs,
         )
+        self.start_reader()
+
+    def start_reader(self) -> None:
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 

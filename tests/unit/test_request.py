@@ -1,0 +1,230 @@
+"""Unit tests for llm_backend.request: raw client inputs -> GenerationRequest."""
+
+from __future__ import annotations
+
+import pytest
+from vllm.sampling_params import RequestOutputKind
+
+from llm_backend.errors import InvalidRequest
+from llm_backend.priority import PriorityLevels
+from llm_backend.request import (
+    NON_SAMPLING_PARAMETERS,
+    WAKEUP_PARAMETER,
+    GenerationRequest,
+    RawRequest,
+    is_wakeup,
+    parse_parameters_json,
+    parse_request,
+)
+
+LEVELS = PriorityLevels(count=3, default=3)
+
+
+def parse(**kwargs) -> GenerationRequest:
+    kwargs.setdefault("text_input", "Hello")
+    return parse_request(RawRequest(**kwargs), LEVELS)
+
+
+def test_minimal_request_defaults():
+    req = parse(text_input=b"Hello world")
+    assert req.prompt == "Hello world"
+    assert req.streaming is False
+    assert req.include_prompt_in_output is True
+    assert req.return_finish_reason is False
+    assert req.return_num_input_tokens is False
+    assert req.return_num_output_tokens is False
+    assert req.priority == 3
+    assert req.priority_from_client is False
+    assert req.sampling.output_kind == RequestOutputKind.FINAL_ONLY
+    assert req.sampling.max_tokens == 16
+
+
+@pytest.mark.parametrize(
+    ("text_input", "prompt"),
+    [(b"abc", "abc"), ("abc", "abc"), ("héllo ✓".encode(), "héllo ✓"), ("héllo ✓", "héllo ✓"),
+     (b"", "")],
+)
+def test_text_input_bytes_and_str(text_input, prompt):
+    assert parse(text_input=text_input).prompt == prompt
+
+
+def test_missing_text_input():
+    with pytest.raises(InvalidRequest) as info:
+        parse(text_input=None)
+    assert info.value.field == "text_input"
+    assert "is required" in info.value.message
+
+
+@pytest.mark.parametrize("bad", [b"\xff\xfe", b"abc\x80", b"\xc3"])
+def test_text_input_invalid_utf8(bad):
+    with pytest.raises(InvalidRequest) as info:
+        parse(text_input=bad)
+    assert info.value.field == "text_input"
+    assert "is not valid UTF-8" in info.value.message
+
+
+def test_sampling_parameters_invalid_utf8():
+    with pytest.raises(InvalidRequest) as info:
+        parse(sampling_parameters=b'{"temperature": "\xff"}')
+    assert info.value.field == "sampling_parameters"
+    assert "is not valid UTF-8" in info.value.message
+
+
+@pytest.mark.parametrize("tensor", [b'{"temperature": 0.5, "max_tokens": "5"}',
+                                    '{"temperature": 0.5, "max_tokens": "5"}'])
+def test_sampling_parameters_tensor(tensor):
+    req = parse(sampling_parameters=tensor)
+    assert req.sampling.temperature == 0.5
+    assert req.sampling.max_tokens == 5
+
+
+def test_sampling_tensor_wins_over_request_parameters():
+    req = parse(
+        sampling_parameters=b'{"max_tokens": 5}',
+        parameters={"max_tokens": 9, "temperature": 0.1, "bogus": 1, "priority": 2},
+    )
+    assert req.sampling.max_tokens == 5
+    assert req.sampling.temperature == 1.0  # parameters ignored for sampling...
+    assert req.priority == 2  # ...but priority still comes from them
+    assert req.priority_from_client is True
+
+
+@pytest.mark.parametrize("tensor", [b"", "", b"   ", "\n\t"])
+def test_empty_sampling_tensor_means_defaults(tensor):
+    req = parse(sampling_parameters=tensor, parameters={"max_tokens": 9})
+    assert req.sampling.max_tokens == 16
+
+
+@pytest.mark.parametrize(
+    ("tensor", "fragment"),
+    [(b'{"max_tokens": ', "is not valid JSON"), (b"[1]", "must be a JSON object, got list")],
+)
+def test_sampling_tensor_malformed(tensor, fragment):
+    with pytest.raises(InvalidRequest) as info:
+        parse(sampling_parameters=tensor)
+    assert info.value.field == "sampling_parameters"
+    assert fragment in info.value.message
+
+
+def test_sampling_tensor_bad_value_names_key():
+    with pytest.raises(InvalidRequest) as info:
+        parse(sampling_parameters=b'{"temprature": 0}')
+    assert info.value.field == "sampling_parameters.temprature"
+
+
+def test_request_parameters_fallback_excludes_priority_and_id():
+    req = parse(parameters={"temperature": "0.25", "max_tokens": 7, "priority": 1, "id": "req-9"})
+    assert req.sampling.temperature == 0.25
+    assert req.sampling.max_tokens == 7
+    assert req.priority == 1
+    assert req.priority_from_client is True
+
+
+def test_non_sampling_parameters_set():
+    assert NON_SAMPLING_PARAMETERS == frozenset({"priority", "id"})
+
+
+def test_request_parameters_fallback_unknown_key():
+    with pytest.raises(InvalidRequest) as info:
+        parse(parameters={"max_tokenz": 3})
+    assert info.value.field == "sampling_parameters.max_tokenz"
+    assert "max_tokens" in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("stream", "exclude", "streaming", "include", "kind"),
+    [
+        (None, None, False, True, RequestOutputKind.FINAL_ONLY),
+        (False, None, False, True, RequestOutputKind.FINAL_ONLY),
+        (True, None, True, False, RequestOutputKind.DELTA),
+        (False, True, False, False, RequestOutputKind.FINAL_ONLY),
+        (False, False, False, True, RequestOutputKind.FINAL_ONLY),
+        (True, False, True, True, RequestOutputKind.DELTA),
+        (True, True, True, False, RequestOutputKind.DELTA),
+    ],
+)
+def test_stream_and_exclude_input(stream, exclude, streaming, include, kind):
+    req = parse(stream=stream, exclude_input_in_output=exclude)
+    assert req.streaming is streaming
+    assert req.include_prompt_in_output is include
+    assert req.sampling.output_kind == kind
+
+
+@pytest.mark.parametrize("flag", [True, False, None])
+def test_return_flags(flag):
+    req = parse(
+        return_finish_reason=flag, return_num_input_tokens=flag, return_num_output_tokens=flag
+    )
+    expected = bool(flag)
+    assert req.return_finish_reason is expected
+    assert req.return_num_input_tokens is expected
+    assert req.return_num_output_tokens is expected
+
+
+@pytest.mark.parametrize(
+    ("parameters", "priority", "from_client"),
+    [
+        ({}, 3, False),
+        ({"priority": None}, 3, False),
+        ({"priority": 1}, 1, True),
+        ({"priority": "2"}, 2, True),
+        ({"priority": 3}, 3, True),
+    ],
+)
+def test_priority(parameters, priority, from_client):
+    req = parse(parameters=parameters)
+    assert req.priority == priority
+    assert req.priority_from_client is from_client
+
+
+@pytest.mark.parametrize("bad", [0, 4, "x", True, 1.5])
+def test_priority_invalid(bad):
+    with pytest.raises(InvalidRequest) as info:
+        parse(parameters={"priority": bad})
+    assert info.value.field == "priority"
+
+
+@pytest.mark.parametrize(
+    ("parameters", "expected"),
+    [
+        ({WAKEUP_PARAMETER: True}, True),
+        ({WAKEUP_PARAMETER: True, "sent_at_ns": 5}, True),
+        ({WAKEUP_PARAMETER: False}, False),
+        ({WAKEUP_PARAMETER: "true"}, False),
+        ({WAKEUP_PARAMETER: 1}, False),
+        ({}, False),
+        ({"priority": 1}, False),
+    ],
+)
+def test_is_wakeup(parameters, expected):
+    assert is_wakeup(parameters) is expected
+
+
+def test_wakeup_parameter_name():
+    assert WAKEUP_PARAMETER == "llm_backend_wakeup"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (None, {}),
+        ("", {}),
+        ("{}", {}),
+        ('{"priority": 1, "temperature": 0}', {"priority": 1, "temperature": 0}),
+        ('{"llm_backend_wakeup": true}', {"llm_backend_wakeup": True}),
+    ],
+)
+def test_parse_parameters_json(text, expected):
+    assert parse_parameters_json(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [("{", "is not valid JSON"), ("[]", "must be a JSON object, got list"),
+     ("42", "must be a JSON object, got int")],
+)
+def test_parse_parameters_json_errors(text, fragment):
+    with pytest.raises(InvalidRequest) as info:
+        parse_parameters_json(text)
+    assert info.value.field == "parameters"
+    assert fragment in info.value.message

@@ -1,0 +1,265 @@
+"""Unit tests for llm_backend.settings: model.json engine args and config parameters."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llm_backend.priority import PriorityLevels
+from llm_backend.settings import BackendSettings, SettingsError, load_engine_args, load_settings
+
+
+def write_model_json(directory: Path, content) -> Path:
+    path = directory / "model.json"
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return path
+
+
+def config(**parameters: str) -> dict:
+    return {"parameters": {key: {"string_value": value} for key, value in parameters.items()}}
+
+
+@pytest.fixture
+def version_dir(tmp_path: Path) -> Path:
+    write_model_json(tmp_path, {"model": "facebook/opt-125m", "max_num_seqs": 4})
+    return tmp_path
+
+
+# -- load_engine_args ----------------------------------------------------------------------------
+
+
+def test_load_engine_args_plain(tmp_path):
+    path = write_model_json(
+        tmp_path, {"model": "m", "max_model_len": 512, "enforce_eager": True, "dtype": None}
+    )
+    assert load_engine_args(path) == {
+        "model": "m", "max_model_len": 512, "enforce_eager": True, "dtype": None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        ("$LLM_TEST_DIR/model", "/data/models/model"),
+        ("${LLM_TEST_DIR}/model", "/data/models/model"),
+        ("${LLM_TEST_DIR}${LLM_TEST_NAME}", "/data/modelsopt"),
+        ("$LLM_TEST_DIR/$LLM_TEST_NAME", "/data/models/opt"),
+        ("no variables", "no variables"),
+        ("cost $5", "cost $5"),  # not a variable name
+    ],
+)
+def test_env_var_expansion(tmp_path, monkeypatch, template, expected):
+    monkeypatch.setenv("LLM_TEST_DIR", "/data/models")
+    monkeypatch.setenv("LLM_TEST_NAME", "opt")
+    path = write_model_json(tmp_path, {"model": template, "tokenizer": template, "seed": 3})
+    args = load_engine_args(path)
+    assert args["model"] == expected
+    assert args["tokenizer"] == expected
+    assert args["seed"] == 3
+
+
+@pytest.mark.parametrize(
+    ("template", "shown"),
+    [("$LLM_TEST_UNSET_VAR/x", "$LLM_TEST_UNSET_VAR"),
+     ("${LLM_TEST_UNSET_VAR}/x", "${LLM_TEST_UNSET_VAR}"),
+     ("/ok/${LLM_TEST_SET}/$LLM_TEST_UNSET_VAR", "$LLM_TEST_UNSET_VAR")],
+)
+def test_env_var_unset_is_an_error(tmp_path, monkeypatch, template, shown):
+    monkeypatch.delenv("LLM_TEST_UNSET_VAR", raising=False)
+    monkeypatch.setenv("LLM_TEST_SET", "yes")
+    path = write_model_json(tmp_path, {"model": "m", "download_dir": template})
+    with pytest.raises(SettingsError) as info:
+        load_engine_args(path)
+    message = str(info.value)
+    assert "model.json download_dir" in message
+    assert f"environment variable {shown} is not set" in message
+
+
+def test_missing_model_json(tmp_path):
+    with pytest.raises(SettingsError, match="is missing: the model version needs a model.json"):
+        load_engine_args(tmp_path / "model.json")
+
+
+@pytest.mark.parametrize("text", ["{", '{"model": "m",}', "", "model: m"])
+def test_invalid_json(tmp_path, text):
+    path = write_model_json(tmp_path, text)
+    with pytest.raises(SettingsError) as info:
+        load_engine_args(path)
+    assert "invalid JSON" in str(info.value)
+    assert "line " in str(info.value)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("content", [{}, {"max_num_seqs": 4}, ["model"], "m", None, 3])
+def test_missing_model_key(tmp_path, content):
+    path = write_model_json(tmp_path, json.dumps(content))
+    with pytest.raises(SettingsError, match='at least a "model" key'):
+        load_engine_args(path)
+
+
+def test_settings_error_is_value_error():
+    assert issubclass(SettingsError, ValueError)
+
+
+# -- load_settings -------------------------------------------------------------------------------
+
+
+def test_defaults(version_dir):
+    settings = load_settings({}, version_dir)
+    assert isinstance(settings, BackendSettings)
+    assert settings.engine_args == {
+        "model": "facebook/opt-125m", "max_num_seqs": 4, "scheduling_policy": "priority",
+    }
+    assert settings.levels == PriorityLevels(count=1, default=1)
+    assert settings.max_inflight is None
+    assert settings.back_pressure is True
+    assert settings.priority_passthrough is True
+    assert settings.batcher_wakeup is True
+    assert settings.drain_timeout_s == 30.0
+
+
+def test_missing_model_json_propagates(tmp_path):
+    with pytest.raises(SettingsError, match="model.json"):
+        load_settings({}, tmp_path)
+
+
+@pytest.mark.parametrize("key", ["back_pressure", "priority_passthrough", "batcher_wakeup"])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("true", True), ("TRUE", True), (" True ", True), ("1", True), ("yes", True), ("on", True),
+     ("false", False), ("False", False), ("0", False), ("no", False), ("off", False),
+     ("", True), ("   ", True)],  # empty: default (True for all three)
+)
+def test_flags(version_dir, key, text, expected):
+    settings = load_settings(config(**{key: text}), version_dir)
+    assert getattr(settings, key) is expected
+
+
+@pytest.mark.parametrize("key", ["back_pressure", "priority_passthrough", "batcher_wakeup"])
+@pytest.mark.parametrize("text", ["maybe", "2", "truee", "y"])
+def test_bad_flags(version_dir, key, text):
+    with pytest.raises(SettingsError) as info:
+        load_settings(config(**{key: text}), version_dir)
+    assert f"parameters.{key}: expected true or false, got {text!r}" == str(info.value)
+
+
+def test_parameter_without_string_value_is_default(version_dir):
+    settings = load_settings({"parameters": {"back_pressure": {}}}, version_dir)
+    assert settings.back_pressure is True
+
+
+def test_parameters_none(version_dir):
+    assert load_settings({"parameters": None}, version_dir).back_pressure is True
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("", None), ("  ", None), ("1", 1), ("8", 8), (" 64 ", 64)],
+)
+def test_max_inflight_requests(version_dir, text, expected):
+    settings = load_settings(config(max_inflight_requests=text), version_dir)
+    assert settings.max_inflight == expected
+    if expected is not None:
+        assert type(settings.max_inflight) is int
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [("0", "must be at least 1, got 0"), ("-3", "must be at least 1, got -3"),
+     ("many", "expected a number, got 'many'"), ("2.5", "expected a number, got '2.5'")],
+)
+def test_max_inflight_requests_errors(version_dir, text, fragment):
+    with pytest.raises(SettingsError) as info:
+        load_settings(config(max_inflight_requests=text), version_dir)
+    assert str(info.value) == f"parameters.max_inflight_requests: {fragment}"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("", 30.0), ("0", 0.0), ("0.0", 0.0), ("2.5", 2.5), ("120", 120.0)],
+)
+def test_drain_timeout_seconds(version_dir, text, expected):
+    settings = load_settings(config(drain_timeout_seconds=text), version_dir)
+    assert settings.drain_timeout_s == expected
+    assert isinstance(settings.drain_timeout_s, float)
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [("-1", "must be at least 0, got -1.0"), ("soon", "expected a number, got 'soon'")],
+)
+def test_drain_timeout_seconds_errors(version_dir, text, fragment):
+    with pytest.raises(SettingsError) as info:
+        load_settings(config(drain_timeout_seconds=text), version_dir)
+    assert str(info.value) == f"parameters.drain_timeout_seconds: {fragment}"
+
+
+def test_scheduling_policy_defaults_to_priority(version_dir):
+    assert load_settings({}, version_dir).engine_args["scheduling_policy"] == "priority"
+
+
+def test_scheduling_policy_priority_kept(tmp_path):
+    write_model_json(tmp_path, {"model": "m", "scheduling_policy": "priority"})
+    assert load_settings({}, tmp_path).engine_args["scheduling_policy"] == "priority"
+
+
+@pytest.mark.parametrize("passthrough", [None, "true"])
+def test_passthrough_with_fcfs_is_an_error(tmp_path, passthrough):
+    write_model_json(tmp_path, {"model": "m", "scheduling_policy": "fcfs"})
+    cfg = {} if passthrough is None else config(priority_passthrough=passthrough)
+    with pytest.raises(SettingsError) as info:
+        load_settings(cfg, tmp_path)
+    message = str(info.value)
+    assert "scheduling_policy is 'fcfs'" in message
+    assert "priority_passthrough" in message
+    assert "set parameters.priority_passthrough to false" in message
+
+
+def test_passthrough_off_allows_fcfs(tmp_path):
+    write_model_json(tmp_path, {"model": "m", "scheduling_policy": "fcfs"})
+    settings = load_settings(config(priority_passthrough="false"), tmp_path)
+    assert settings.priority_passthrough is False
+    assert settings.engine_args["scheduling_policy"] == "fcfs"
+
+
+def test_passthrough_off_leaves_policy_unset(version_dir):
+    settings = load_settings(config(priority_passthrough="false"), version_dir)
+    assert "scheduling_policy" not in settings.engine_args
+
+
+@pytest.mark.parametrize(
+    ("batching", "levels"),
+    [
+        ({"priority_levels": 3, "default_priority_level": 3}, PriorityLevels(3, 3)),
+        ({"priority_levels": 2, "default_priority_level": 1}, PriorityLevels(2, 1)),
+        ({"priority_levels": 5}, PriorityLevels(5, 5)),
+        ({}, PriorityLevels(1, 1)),
+    ],
+)
+def test_priority_levels_from_dynamic_batching(version_dir, batching, levels):
+    cfg = {**config(back_pressure="true"), "dynamic_batching": batching}
+    assert load_settings(cfg, version_dir).levels == levels
+
+
+def test_full_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLM_TEST_MODELS", "/models")
+    write_model_json(tmp_path, {"model": "${LLM_TEST_MODELS}/opt", "max_model_len": 256})
+    cfg = {
+        **config(
+            max_inflight_requests="16", back_pressure="false", batcher_wakeup="off",
+            drain_timeout_seconds="5",
+        ),
+        "dynamic_batching": {"priority_levels": 3, "default_priority_level": 3},
+    }
+    settings = load_settings(cfg, tmp_path)
+    assert settings == BackendSettings(
+        engine_args={"model": "/models/opt", "max_model_len": 256, "scheduling_policy": "priority"},
+        levels=PriorityLevels(3, 3),
+        max_inflight=16,
+        back_pressure=False,
+        priority_passthrough=True,
+        batcher_wakeup=False,
+        drain_timeout_s=5.0,
+    )

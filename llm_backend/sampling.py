@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -120,6 +121,10 @@ def build_sampling_params(raw: Mapping[str, Any], *, streaming: bool) -> Samplin
         return SamplingParams(**kwargs)
     except (ValueError, TypeError, VLLMClientError) as exc:
         message = str(exc).split("\n")[0]
-        field = next((key for key in raw if key in message), None)
+        # vLLM's validation errors end with "(parameter=<name>, value=...)"; older messages
+        # start with the field name.
+        named = re.search(r"\(parameter=(\w+)", message)
+        field = named.group(1) if named else next(
+            (key for key in raw if message.startswith(key)), None)
         name = f"sampling_parameters.{field}" if field else "sampling_parameters"
         raise InvalidRequest(name, message) from None

@@ -4,6 +4,7 @@ from the model config's ``parameters``, validated once at load time."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -60,7 +61,7 @@ def _number(model_config: dict[str, Any], key: str, kind: type, minimum: float) 
         value = kind(text)
     except ValueError:
         raise SettingsError(f"parameters.{key}: expected a number, got {text!r}") from None
-    if value < minimum:
+    if not math.isfinite(value) or value < minimum:
         raise SettingsError(f"parameters.{key}: must be at least {minimum}, got {value}")
     return value
 

@@ -263,3 +263,9 @@ def test_full_config(tmp_path, monkeypatch):
         batcher_wakeup=False,
         drain_timeout_s=5.0,
     )
+
+
+@pytest.mark.parametrize("text", ["nan", "inf"])
+def test_drain_timeout_seconds_must_be_finite(version_dir, text):
+    with pytest.raises(SettingsError):
+        load_settings(config(drain_timeout_seconds=text), version_dir)

@@ -3,6 +3,7 @@
     BackendError
      ├── InvalidRequest     the request is wrong; names the field (Triton INVALID_ARGUMENT)
      └── Unavailable        the engine cannot serve now: dead, unloading (Triton UNAVAILABLE)
+          └── QueueRejected  a waiting request's queue is full or it waited too long (scheduler.py)
 
 ``model.py`` maps each to a ``pb_utils.TritonError`` code, so clients see one status per cause.
 """

@@ -19,6 +19,7 @@ import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
+import time  # noqa: E402
 from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -30,20 +31,22 @@ from llm_backend.admission import Admission  # noqa: E402
 from llm_backend.batcher_wakeup import BatcherWakeup, waited_behind_work  # noqa: E402
 from llm_backend.engine import EngineHost, GenerationJob  # noqa: E402
 from llm_backend.errors import BackendError, Unavailable  # noqa: E402
-from llm_backend.inflight import InflightLimiter  # noqa: E402
+from llm_backend.scheduler import AdmissionScheduler, QueuePolicy, QueueRejected  # noqa: E402
 from llm_backend.request import (  # noqa: E402
     WAKEUP_PARAMETER,
     is_wakeup,
     parse_parameters_json,
     parse_request,
 )
-from llm_backend.settings import load_settings  # noqa: E402
+from llm_backend.settings import SettingsError, load_settings  # noqa: E402
 from llm_backend.triton_io import TritonResponseSink, read_raw_request  # noqa: E402
 from llm_backend.triton_metrics import TritonBackendMetrics  # noqa: E402
 
 log = logging.getLogger("llm_backend")
 # Without back-pressure (the FCFS baseline), every request goes straight to the engine.
 UNBOUNDED = 1 << 30
+# How often waiting requests are checked for queue timeouts and client cancellation.
+QUEUE_TICK_S = 0.05
 
 
 def _python_executable() -> str:
@@ -71,16 +74,41 @@ class TritonPythonModel:
         )
         self._engine = EngineHost(self._settings.engine_args, self._metrics, self._on_engine_dead)
         self._engine.start()
-        capacity = self._settings.max_inflight or self._engine.max_num_seqs
-        self._limiter = InflightLimiter(capacity if self._settings.back_pressure else UNBOUNDED)
+        self._scheduler = self._build_scheduler()
         self._admission = Admission(self._engine.max_model_len)
+        self._ticker = threading.Thread(target=self._tick, name="queue-ticker", daemon=True)
+        self._ticker.start()
         self._wakeup: BatcherWakeup | None = None
         if self._settings.batcher_wakeup and "dynamic_batching" in model_config:
             self._wakeup = BatcherWakeup(self._send_noop)
             self._wakeup.start()
-        log.info("llm_backend %s/%s ready: in-flight limit %s, %s priority levels (default %s)",
-                 self._name, self._version, self._limiter.capacity, self._levels.count,
-                 self._levels.default)
+        log.info("llm_backend %s/%s ready: %s engine slots (%s reserved for levels <= %s), "
+                 "%s priority levels (default %s)", self._name, self._version,
+                 self._scheduler.capacity, self._scheduler.reserved, self._settings.urgent_level,
+                 self._levels.count, self._levels.default)
+
+    def _build_scheduler(self) -> AdmissionScheduler[GenerationJob]:
+        settings = self._settings
+        if not settings.back_pressure:
+            # The stock backend's behaviour, kept as a baseline: everything goes to the engine.
+            return AdmissionScheduler(
+                capacity=UNBOUNDED, reserved=0, urgent_level=settings.urgent_level,
+                policies={level: QueuePolicy() for level in range(1, self._levels.count + 1)},
+                start=self._start_job, reject=self._reject_job,
+            )
+        capacity = settings.max_inflight or self._engine.max_num_seqs
+        reserved = settings.reserved_urgent_slots
+        if reserved is None:
+            reserved = 1 if self._levels.count > 1 and capacity > 1 else 0
+        if reserved >= capacity:
+            raise SettingsError(
+                f"parameters.reserved_urgent_slots: {reserved} leaves no engine slot for levels "
+                f"above {settings.urgent_level} (the engine runs {capacity} requests at once)"
+            )
+        return AdmissionScheduler(
+            capacity=capacity, reserved=reserved, urgent_level=settings.urgent_level,
+            policies=settings.queue_policies, start=self._start_job, reject=self._reject_job,
+        )
 
     def execute(self, requests: list[Any]) -> None:
         handled_real_work = False
@@ -121,22 +149,33 @@ class TritonPythonModel:
             log.exception("request could not be prepared")
             sink.fail(BackendError(f"request could not be prepared: {type(exc).__name__}: {exc}"))
             return
-        level = generation.priority if generation.priority else self._levels.default
-        # Blocks while the engine is full: the instance stays busy and Triton keeps the rest
-        # queued by priority.
-        if not self._limiter.acquire(level):
-            sink.fail(Unavailable("the model is unloading"))
-            return
+        level = generation.priority or self._levels.default
+        job = GenerationJob(generation, prompt_ids, sink, lambda: self._finished(level))
+        try:
+            self._scheduler.submit(job, level, generation.queue_timeout_s)
+        except QueueRejected as exc:
+            sink.fail(exc)
         self._publish_request_gauges()
-        self._engine.submit(GenerationJob(generation, prompt_ids, sink, lambda: self._release(level)))
 
-    def _release(self, level: int) -> None:
-        self._limiter.release(level)
+    def _start_job(self, job: GenerationJob, level: int) -> None:
+        self._engine.submit(job)
+
+    def _reject_job(self, job: GenerationJob, error: QueueRejected) -> None:
+        job.sink.fail(error)
+
+    def _finished(self, level: int) -> None:
+        self._scheduler.release(level)
         self._publish_request_gauges()
+
+    def _tick(self) -> None:
+        while not self._closing:
+            time.sleep(QUEUE_TICK_S)
+            self._scheduler.expire(lambda job: job.sink.is_cancelled())
+            self._publish_request_gauges()
 
     def _publish_request_gauges(self) -> None:
-        inflight, waiting = self._limiter.snapshot()
-        self._metrics.set_requests(inflight, waiting)
+        running, waiting = self._scheduler.snapshot()
+        self._metrics.set_requests(running, waiting)
 
     def _send_noop(self, sent_at_ns: int) -> None:
         noop = pb_utils.InferenceRequest(
@@ -162,10 +201,12 @@ class TritonPythonModel:
         self._closing = True
         if self._wakeup:
             self._wakeup.stop()
-        drained = self._limiter.wait_idle(self._settings.drain_timeout_s)
-        self._limiter.close()
+        for job in self._scheduler.close():
+            job.sink.fail(Unavailable("the model is unloading"))
+        drained = self._scheduler.wait_idle(self._settings.drain_timeout_s)
         reason = "the model was unloaded" + ("" if drained else " before the request finished")
         self._engine.shutdown(reason)
+        self._ticker.join(timeout=1)
         if self._reaper.poll() is None:
             self._reaper.stdin.write("stop\n")
             self._reaper.stdin.flush()

@@ -12,10 +12,16 @@ from llm_backend.errors import InvalidRequest
 from llm_backend.priority import PriorityLevels
 from llm_backend.sampling import build_sampling_params, parse_json_object
 
-# Request parameters that are not sampling parameters: our priority, and the request id that
-# Triton's HTTP generate endpoint copies into the parameters.
-PRIORITY_PARAMETER = "priority"
-NON_SAMPLING_PARAMETERS = frozenset({PRIORITY_PARAMETER, "id"})
+# The priority a client asks for. Over HTTP generate, ``parameters.priority`` arrives as a plain
+# request parameter; over gRPC, Triton consumes ``priority`` itself (and tritonclient refuses it
+# as a parameter name) without showing it to a Python backend, so gRPC clients send
+# ``priority_level``. Either name works on either protocol.
+PRIORITY_PARAMETERS = ("priority", "priority_level")
+# The queue timeout a request may ask for, in microseconds (Triton's own name and unit).
+TIMEOUT_PARAMETER = "timeout"
+# Request parameters that are not sampling parameters; "id" is the request id, which Triton's
+# HTTP generate endpoint also copies into the parameters.
+NON_SAMPLING_PARAMETERS = frozenset({*PRIORITY_PARAMETERS, TIMEOUT_PARAMETER, "id"})
 # Set only on the backend's own wake-up requests (see batcher_wakeup.py).
 WAKEUP_PARAMETER = "llm_backend_wakeup"
 
@@ -32,6 +38,8 @@ class RawRequest:
     return_num_input_tokens: bool | None = None
     return_num_output_tokens: bool | None = None
     parameters: dict[str, Any] = field(default_factory=dict)
+    # Triton's per-request timeout (gRPC ``timeout``), microseconds; 0 or None when not set.
+    timeout_us: int | None = None
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,8 @@ class GenerationRequest:
     return_num_output_tokens: bool
     priority: int
     priority_from_client: bool
+    # How long the request may wait for an engine slot; None: the level's default.
+    queue_timeout_s: float | None = None
 
 
 def _text(value: bytes | str, field_name: str) -> str:
@@ -90,7 +100,7 @@ def parse_request(raw: RawRequest, levels: PriorityLevels) -> GenerationRequest:
         }
     sampling = build_sampling_params(sampling_raw, streaming=streaming)
 
-    priority_raw = raw.parameters.get(PRIORITY_PARAMETER)
+    priority, priority_from_client = _priority(raw.parameters, levels)
     # The stock backend includes the prompt in non-streaming output unless told not to; a stream
     # carries only the new text unless the client asks for the prompt explicitly.
     if raw.exclude_input_in_output is None:
@@ -105,6 +115,32 @@ def parse_request(raw: RawRequest, levels: PriorityLevels) -> GenerationRequest:
         return_finish_reason=bool(raw.return_finish_reason),
         return_num_input_tokens=bool(raw.return_num_input_tokens),
         return_num_output_tokens=bool(raw.return_num_output_tokens),
-        priority=levels.resolve(priority_raw),
-        priority_from_client=priority_raw is not None,
+        priority=priority,
+        priority_from_client=priority_from_client,
+        queue_timeout_s=_queue_timeout(raw),
     )
+
+
+def _priority(parameters: dict[str, Any], levels: PriorityLevels) -> tuple[int, bool]:
+    """(level, whether the client named one); both names may be given if they agree."""
+    named = {name: levels.resolve(parameters[name]) for name in PRIORITY_PARAMETERS
+             if parameters.get(name) is not None}
+    if len(set(named.values())) > 1:
+        raise InvalidRequest("priority", f"priority and priority_level disagree: {named}")
+    if not named:
+        return levels.default, False
+    return next(iter(named.values())), True
+
+
+def _queue_timeout(raw: RawRequest) -> float | None:
+    """Triton's request timeout if set, else a ``timeout`` parameter (HTTP), in seconds."""
+    if raw.timeout_us:
+        return raw.timeout_us / 1e6
+    value = raw.parameters.get(TIMEOUT_PARAMETER)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidRequest(
+            "timeout", f"must be a non-negative integer number of microseconds, got {value!r}"
+        )
+    return value / 1e6 if value else None

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_backend.priority import PriorityLevels
+from llm_backend.scheduler import QueuePolicy, policies_from_model_config
 
 _UNEXPANDED = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
 _TRUE = {"true", "1", "yes", "on"}
@@ -28,6 +29,10 @@ class BackendSettings:
     levels: PriorityLevels
     # None: take the engine's max_num_seqs once it is built.
     max_inflight: int | None
+    # Engine slots only levels <= urgent_level may take; None: 1 when there are priority levels.
+    reserved_urgent_slots: int | None
+    urgent_level: int
+    queue_policies: dict[int, QueuePolicy]
     back_pressure: bool
     priority_passthrough: bool
     batcher_wakeup: bool
@@ -90,6 +95,13 @@ def load_engine_args(path: Path) -> dict[str, Any]:
     return {key: _expand(value, key) for key, value in raw.items()}
 
 
+def _queue_policies(model_config: dict[str, Any], levels: int) -> dict[int, QueuePolicy]:
+    try:
+        return policies_from_model_config(model_config, levels)
+    except ValueError as exc:
+        raise SettingsError(f"dynamic_batching: {exc}") from None
+
+
 def load_settings(model_config: dict[str, Any], version_dir: Path) -> BackendSettings:
     """Build settings from Triton's model config (JSON form) and the version directory."""
     engine_args = load_engine_args(version_dir / "model.json")
@@ -102,10 +114,19 @@ def load_settings(model_config: dict[str, Any], version_dir: Path) -> BackendSet
                 "\"priority\"; set parameters.priority_passthrough to false to run FCFS"
             )
     drain_timeout_s = _number(model_config, "drain_timeout_seconds", float, 0)
+    levels = PriorityLevels.from_model_config(model_config)
+    urgent_level = _number(model_config, "urgent_priority_level", int, 1) or 1
+    if urgent_level > levels.count:
+        raise SettingsError(
+            f"parameters.urgent_priority_level: {urgent_level} is not one of the {levels.count} levels"
+        )
     return BackendSettings(
         engine_args=engine_args,
-        levels=PriorityLevels.from_model_config(model_config),
+        levels=levels,
         max_inflight=_number(model_config, "max_inflight_requests", int, 1),
+        reserved_urgent_slots=_number(model_config, "reserved_urgent_slots", int, 0),
+        urgent_level=urgent_level,
+        queue_policies=_queue_policies(model_config, levels.count),
         back_pressure=_flag(model_config, "back_pressure", True),
         priority_passthrough=passthrough,
         batcher_wakeup=_flag(model_config, "batcher_wakeup", True),

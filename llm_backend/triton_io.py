@@ -44,6 +44,7 @@ def read_raw_request(pb_utils: Any, request: Any, parameters: dict[str, Any]) ->
         text_input=_first(pb_utils, request, "text_input"),
         sampling_parameters=_first(pb_utils, request, "sampling_parameters"),
         parameters=parameters,
+        timeout_us=int(request.timeout()),
         **flags,
     )
 

@@ -29,11 +29,10 @@ class TritonBackendMetrics:
             itl := family("llm_inter_token_latency_seconds", "Time between generated tokens",
                           family.HISTOGRAM),
             inflight := family("llm_inflight_requests",
-                               "Requests handed to the engine, by priority level", family.GAUGE),
+                               "Requests running in the engine, by priority level", family.GAUGE),
             waiting := family("llm_waiting_requests",
-                              "Requests the backend holds waiting for an engine slot, by priority "
-                              "level (requests still in Triton's queue are counted by "
-                              "nv_inference_pending_request_count)", family.GAUGE),
+                              "Requests waiting in the backend's priority queue for an engine "
+                              "slot, by priority level", family.GAUGE),
             engine := family("llm_engine_requests",
                              "Requests inside vLLM's scheduler, by state", family.GAUGE),
         ]

@@ -9,6 +9,8 @@ from llm_backend.errors import InvalidRequest
 from llm_backend.priority import PriorityLevels
 from llm_backend.request import (
     NON_SAMPLING_PARAMETERS,
+    PRIORITY_PARAMETERS,
+    TIMEOUT_PARAMETER,
     WAKEUP_PARAMETER,
     GenerationRequest,
     RawRequest,
@@ -121,7 +123,20 @@ def test_request_parameters_fallback_excludes_priority_and_id():
 
 
 def test_non_sampling_parameters_set():
-    assert NON_SAMPLING_PARAMETERS == frozenset({"priority", "id"})
+    assert PRIORITY_PARAMETERS == ("priority", "priority_level")
+    assert TIMEOUT_PARAMETER == "timeout"
+    assert NON_SAMPLING_PARAMETERS == frozenset({"priority", "priority_level", "timeout", "id"})
+    # Every name the parser reads from the request parameters stays out of sampling.
+    assert set(PRIORITY_PARAMETERS) | {TIMEOUT_PARAMETER} <= NON_SAMPLING_PARAMETERS
+
+
+def test_request_parameters_fallback_excludes_priority_level_and_timeout():
+    # Were they passed on as sampling parameters, vLLM would refuse them as unknown keys.
+    req = parse(parameters={"max_tokens": 4, "priority_level": 2, "timeout": 250_000, "id": "r"})
+    assert req.sampling.max_tokens == 4
+    assert req.priority == 2
+    assert req.priority_from_client is True
+    assert req.queue_timeout_s == 0.25
 
 
 def test_request_parameters_fallback_unknown_key():
@@ -228,3 +243,117 @@ def test_parse_parameters_json_errors(text, fragment):
         parse_parameters_json(text)
     assert info.value.field == "parameters"
     assert fragment in info.value.message
+
+
+# -- priority_level alias ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("parameters", "priority"),
+    [
+        ({"priority_level": 1}, 1),
+        ({"priority_level": "2"}, 2),
+        ({"priority_level": 3}, 3),
+        ({"priority": 1, "priority_level": 1}, 1),
+        ({"priority": 2, "priority_level": "2"}, 2),  # same value, different JSON types
+        ({"priority": "1", "priority_level": 1}, 1),
+    ],
+)
+def test_priority_level_alias(parameters, priority):
+    req = parse(parameters=parameters)
+    assert req.priority == priority
+    assert req.priority_from_client is True
+
+
+def test_priority_level_none_means_not_given():
+    req = parse(parameters={"priority_level": None})
+    assert req.priority == LEVELS.default
+    assert req.priority_from_client is False
+
+
+@pytest.mark.parametrize("bad", [0, 4, "x", True, 1.5])
+def test_priority_level_invalid_is_reported_as_priority(bad):
+    with pytest.raises(InvalidRequest) as info:
+        parse(parameters={"priority_level": bad})
+    assert info.value.field == "priority"
+
+
+@pytest.mark.parametrize(
+    ("priority", "priority_level"),
+    [(1, 2), ("1", "3"), (3, 1)],
+)
+def test_priority_and_priority_level_disagree(priority, priority_level):
+    with pytest.raises(InvalidRequest) as info:
+        parse(parameters={"priority": priority, "priority_level": priority_level})
+    assert info.value.field == "priority"
+    assert "priority and priority_level disagree" in info.value.message
+    # Both levels are shown, so the client sees what each name asked for.
+    assert f"'priority': {int(priority)}" in info.value.message
+    assert f"'priority_level': {int(priority_level)}" in info.value.message
+
+
+def test_priority_disagreement_checked_even_with_sampling_tensor():
+    with pytest.raises(InvalidRequest) as info:
+        parse(sampling_parameters=b"{}", parameters={"priority": 1, "priority_level": 2})
+    assert info.value.field == "priority"
+
+
+def test_priority_none_does_not_conflict_with_priority_level():
+    req = parse(parameters={"priority": None, "priority_level": 2})
+    assert req.priority == 2
+
+
+def test_priority_names_agree_when_they_resolve_to_the_same_level():
+    req = parse(parameters={"priority": 2, "priority_level": 2.0})
+    assert req.priority == 2 and req.priority_from_client
+
+
+# -- queue timeout -------------------------------------------------------------------------------
+
+
+def test_no_timeout_means_level_default():
+    assert parse().queue_timeout_s is None
+    assert parse(parameters={"timeout": None}).queue_timeout_s is None
+
+
+@pytest.mark.parametrize(
+    ("timeout", "seconds"),
+    [(1, 1e-6), (1_000, 0.001), (250_000, 0.25), (1_500_000, 1.5), (30_000_000, 30.0),
+     (0, None)],  # 0: not set (Triton's meaning), so the level's default applies
+)
+def test_timeout_parameter_microseconds(timeout, seconds):
+    req = parse(parameters={"timeout": timeout})
+    assert req.queue_timeout_s == seconds
+
+
+@pytest.mark.parametrize("bad", [-1, -1_000_000, 1.5, 2.0, "5", "", True, False, [1], {"us": 1}])
+def test_timeout_parameter_invalid(bad):
+    with pytest.raises(InvalidRequest) as info:
+        parse(parameters={"timeout": bad})
+    assert info.value.field == "timeout"
+    assert "non-negative integer number of microseconds" in info.value.message
+    assert repr(bad) in info.value.message
+
+
+def test_timeout_parameter_checked_even_with_sampling_tensor():
+    with pytest.raises(InvalidRequest) as info:
+        parse(sampling_parameters=b'{"max_tokens": 2}', parameters={"timeout": -5})
+    assert info.value.field == "timeout"
+
+
+@pytest.mark.parametrize("timeout_us", [None, 0])
+def test_triton_timeout_unset_falls_back_to_parameter(timeout_us):
+    req = parse(parameters={"timeout": 2_000_000}, timeout_us=timeout_us)
+    assert req.queue_timeout_s == 2.0
+
+
+@pytest.mark.parametrize("parameter", [None, 5_000_000, 0])
+def test_triton_timeout_takes_precedence(parameter):
+    parameters = {} if parameter is None else {"timeout": parameter}
+    req = parse(parameters=parameters, timeout_us=750_000)
+    assert req.queue_timeout_s == 0.75
+
+
+def test_triton_timeout_microseconds_conversion():
+    assert parse(timeout_us=1).queue_timeout_s == 1e-6
+    assert parse(timeout_us=120_000_000).queue_timeout_s == 120.0

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from llm_backend.priority import PriorityLevels
+from llm_backend.scheduler import QueuePolicy
 from llm_backend.settings import BackendSettings, SettingsError, load_engine_args, load_settings
 
 
@@ -114,6 +115,9 @@ def test_defaults(version_dir):
     }
     assert settings.levels == PriorityLevels(count=1, default=1)
     assert settings.max_inflight is None
+    assert settings.reserved_urgent_slots is None
+    assert settings.urgent_level == 1
+    assert settings.queue_policies == {1: QueuePolicy()}
     assert settings.back_pressure is True
     assert settings.priority_passthrough is True
     assert settings.batcher_wakeup is True
@@ -249,15 +253,33 @@ def test_full_config(tmp_path, monkeypatch):
     cfg = {
         **config(
             max_inflight_requests="16", back_pressure="false", batcher_wakeup="off",
-            drain_timeout_seconds="5",
+            drain_timeout_seconds="5", reserved_urgent_slots="2", urgent_priority_level="2",
         ),
-        "dynamic_batching": {"priority_levels": 3, "default_priority_level": 3},
+        "dynamic_batching": {
+            "priority_levels": 3,
+            "default_priority_level": 3,
+            "default_queue_policy": {
+                "max_queue_size": 256, "default_timeout_microseconds": "120000000",
+            },
+            "priority_queue_policy": {
+                "1": {"max_queue_size": "16", "default_timeout_microseconds": "30000000",
+                      "allow_timeout_override": True},
+            },
+        },
     }
     settings = load_settings(cfg, tmp_path)
+    default_policy = QueuePolicy(max_queue_size=256, default_timeout_s=120.0)
     assert settings == BackendSettings(
         engine_args={"model": "/models/opt", "max_model_len": 256, "scheduling_policy": "priority"},
         levels=PriorityLevels(3, 3),
         max_inflight=16,
+        reserved_urgent_slots=2,
+        urgent_level=2,
+        queue_policies={
+            1: QueuePolicy(max_queue_size=16, default_timeout_s=30.0, allow_timeout_override=True),
+            2: default_policy,
+            3: default_policy,
+        },
         back_pressure=False,
         priority_passthrough=True,
         batcher_wakeup=False,
@@ -269,3 +291,133 @@ def test_full_config(tmp_path, monkeypatch):
 def test_drain_timeout_seconds_must_be_finite(version_dir, text):
     with pytest.raises(SettingsError):
         load_settings(config(drain_timeout_seconds=text), version_dir)
+
+
+# -- admission scheduler settings ----------------------------------------------------------------
+
+
+def levels_config(count: int, **parameters: str) -> dict:
+    return {**config(**parameters), "dynamic_batching": {"priority_levels": count}}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("", None), ("  ", None), ("0", 0), ("1", 1), (" 3 ", 3)],
+)
+def test_reserved_urgent_slots(version_dir, text, expected):
+    settings = load_settings(levels_config(3, reserved_urgent_slots=text), version_dir)
+    assert settings.reserved_urgent_slots == expected
+    if expected is not None:
+        assert type(settings.reserved_urgent_slots) is int
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [("-1", "must be at least 0, got -1"), ("one", "expected a number, got 'one'"),
+     ("1.5", "expected a number, got '1.5'")],
+)
+def test_reserved_urgent_slots_errors(version_dir, text, fragment):
+    with pytest.raises(SettingsError) as info:
+        load_settings(levels_config(3, reserved_urgent_slots=text), version_dir)
+    assert str(info.value) == f"parameters.reserved_urgent_slots: {fragment}"
+
+
+@pytest.mark.parametrize(
+    ("count", "text", "expected"),
+    [(3, "", 1), (3, "1", 1), (3, "2", 2), (3, " 3 ", 3), (1, "1", 1), (5, "4", 4)],
+)
+def test_urgent_priority_level(version_dir, count, text, expected):
+    settings = load_settings(levels_config(count, urgent_priority_level=text), version_dir)
+    assert settings.urgent_level == expected
+    assert type(settings.urgent_level) is int
+
+
+def test_urgent_priority_level_defaults_to_one_without_levels(version_dir):
+    assert load_settings({}, version_dir).urgent_level == 1
+
+
+@pytest.mark.parametrize(("count", "text"), [(3, "4"), (1, "2"), (2, "10")])
+def test_urgent_priority_level_beyond_levels(version_dir, count, text):
+    with pytest.raises(SettingsError) as info:
+        load_settings(levels_config(count, urgent_priority_level=text), version_dir)
+    message = str(info.value)
+    assert message.startswith("parameters.urgent_priority_level: ")
+    assert f"{text} is not one of the {count} levels" in message
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [("0", "must be at least 1, got 0"), ("-2", "must be at least 1, got -2"),
+     ("high", "expected a number, got 'high'")],
+)
+def test_urgent_priority_level_errors(version_dir, text, fragment):
+    with pytest.raises(SettingsError) as info:
+        load_settings(levels_config(3, urgent_priority_level=text), version_dir)
+    assert str(info.value) == f"parameters.urgent_priority_level: {fragment}"
+
+
+def test_queue_policies_default_unbounded_for_every_level(version_dir):
+    settings = load_settings(levels_config(3), version_dir)
+    assert settings.queue_policies == {1: QueuePolicy(), 2: QueuePolicy(), 3: QueuePolicy()}
+    assert QueuePolicy() == QueuePolicy(
+        max_queue_size=0, default_timeout_s=0.0, allow_timeout_override=False
+    )
+
+
+def test_queue_policies_triton_json_form(version_dir):
+    # As Triton hands the config to the backend: map keys as strings, uint64 values as strings.
+    cfg = {
+        "dynamic_batching": {
+            "priority_levels": 3,
+            "default_priority_level": 3,
+            "default_queue_policy": {
+                "timeout_action": "REJECT",
+                "default_timeout_microseconds": "120000000",
+                "allow_timeout_override": True,
+                "max_queue_size": 256,
+            },
+            "priority_queue_policy": {
+                "1": {"max_queue_size": "16", "default_timeout_microseconds": "30000000",
+                      "allow_timeout_override": True},
+                "2": {"max_queue_size": 64, "default_timeout_microseconds": "60000000"},
+            },
+        }
+    }
+    policies = load_settings(cfg, version_dir).queue_policies
+    assert policies == {
+        1: QueuePolicy(max_queue_size=16, default_timeout_s=30.0, allow_timeout_override=True),
+        2: QueuePolicy(max_queue_size=64, default_timeout_s=60.0, allow_timeout_override=False),
+        # Level 3 has no entry of its own: the default policy.
+        3: QueuePolicy(max_queue_size=256, default_timeout_s=120.0, allow_timeout_override=True),
+    }
+    assert type(policies[1].max_queue_size) is int
+
+
+def test_queue_policies_levels_without_entry_fall_back_to_default(version_dir):
+    cfg = {
+        "dynamic_batching": {
+            "priority_levels": 4,
+            "default_queue_policy": {"max_queue_size": "8"},
+            "priority_queue_policy": {"2": {"max_queue_size": "1"}},
+        }
+    }
+    policies = load_settings(cfg, version_dir).queue_policies
+    assert sorted(policies) == [1, 2, 3, 4]
+    assert policies[2] == QueuePolicy(max_queue_size=1)
+    for level in (1, 3, 4):
+        assert policies[level] == QueuePolicy(max_queue_size=8)
+
+
+def test_queue_policies_without_priority_levels(version_dir):
+    cfg = {"dynamic_batching": {"default_queue_policy": {"max_queue_size": "5"}}}
+    assert load_settings(cfg, version_dir).queue_policies == {1: QueuePolicy(max_queue_size=5)}
+
+
+def test_queue_policies_ignore_entries_for_undeclared_levels(version_dir):
+    cfg = {
+        "dynamic_batching": {
+            "priority_levels": 2,
+            "priority_queue_policy": {"7": {"max_queue_size": "3"}},
+        }
+    }
+    assert load_settings(cfg, version_dir).queue_policies == {1: QueuePolicy(), 2: QueuePolicy()}

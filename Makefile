@@ -1,0 +1,26 @@
+# Two commands do all the set-up (each installs what is missing first, then reuses it):
+#   make serve   tritonserver + the demo LLM through our vLLM backend, ready for HTTP and gRPC
+#   make test    the whole test suite (what CI runs)
+.PHONY: setup serve test unit-test bench bench-overhead bench-priority
+
+PYTHON := .venv/bin/python
+
+setup:
+	bash scripts/bootstrap.sh
+
+serve: setup
+	$(PYTHON) -m control_plane.serve
+
+test: setup
+	$(PYTHON) -m pytest -q -p no:cacheprovider
+
+unit-test: setup
+	$(PYTHON) -m pytest -q -p no:cacheprovider tests/unit
+
+bench: bench-overhead bench-priority
+
+bench-overhead: setup
+	$(PYTHON) -m bench.overhead
+
+bench-priority: setup
+	$(PYTHON) -m bench.priority

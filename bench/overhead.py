@@ -1,0 +1,158 @@
+"""Overhead of Triton + our backend vs the same vLLM engine called directly, in one run.
+
+Output tokens/s at concurrency 1 and 8, same model, prompts and sampling settings; rounds of the
+direct engine and the Triton models are interleaved so machine noise hits both alike. Triton runs
+the shipped configuration (priority levels on, batcher wake-up on) and, to show what the wake-up
+fixes, the same configuration with the wake-up turned off.
+
+    make bench-overhead        (or: .venv/bin/python -m bench.overhead --rounds 3)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import threading
+import time
+import uuid
+from typing import Any
+
+from bench.common import (
+    PROMPTS,
+    Variant,
+    load_variant,
+    median,
+    print_table,
+    run_concurrently,
+    shipped_engine_args,
+    start_server,
+    stream_once,
+    write_results,
+)
+
+SAMPLING = {"max_tokens": 64, "ignore_eos": True, "temperature": 0}
+# A request that waited this long for its first token was stalled (the no-load TTFT is ~30-60 ms).
+STALL_S = 0.4
+SHIPPED = Variant("smollm2", {}, {})
+NO_WAKEUP = Variant("smollm2_no_wakeup", {"batcher_wakeup": "false"}, {})
+
+
+class DirectEngine:
+    """The same vLLM engine, in this process, on a loop thread of its own."""
+
+    def __init__(self, engine_args: dict[str, Any]) -> None:
+        from vllm import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        self._loop = asyncio.new_event_loop()
+        threading.Thread(target=self._loop.run_forever, daemon=True).start()
+
+        async def build() -> Any:
+            return AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_args))
+
+        self.engine = asyncio.run_coroutine_threadsafe(build(), self._loop).result()
+
+    def generate(self, prompt: str) -> tuple[int, float]:
+        """(output tokens, time to first token) for one streamed generation."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        async def run() -> tuple[int, float]:
+            params = SamplingParams(**SAMPLING, output_kind=RequestOutputKind.DELTA)
+            started = time.monotonic()
+            first: float | None = None
+            tokens = 0
+            async for output in self.engine.generate(prompt, params, uuid.uuid4().hex):
+                if first is None and output.outputs[0].token_ids:
+                    first = time.monotonic() - started
+                tokens += len(output.outputs[0].token_ids)
+            return tokens, first or 0.0
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result()
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+def _round(calls: list[Any]) -> tuple[int, float, list[float]]:
+    started = time.monotonic()
+    results = run_concurrently(calls)
+    elapsed = time.monotonic() - started
+    return sum(r[0] for r in results), elapsed, [r[1] for r in results]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    server = start_server("overhead")
+    direct: DirectEngine | None = None
+    try:
+        load_s = {v.name: load_variant(server, v) for v in (SHIPPED, NO_WAKEUP)}
+        direct = DirectEngine(shipped_engine_args())
+
+        def via_triton(model: str, prompt: str) -> Any:
+            def call() -> tuple[int, float]:
+                result = stream_once(server, model, prompt, SAMPLING)
+                assert result.first_token_at is not None
+                return result.num_output_tokens, result.first_token_at - result.submitted_at
+            return call
+
+        paths = {
+            "direct": lambda prompt: (lambda: direct.generate(prompt)),
+            "triton": lambda prompt: via_triton(SHIPPED.name, prompt),
+            "triton_no_wakeup": lambda prompt: via_triton(NO_WAKEUP.name, prompt),
+        }
+        for path in paths.values():  # warm-up
+            _round([path(PROMPTS[0])])
+
+        totals = {(p, c): [0, 0.0, []] for p in paths for c in (1, 8)}
+        for round_index in range(args.rounds):
+            for concurrency in (1, 8):
+                for name, path in paths.items():
+                    if concurrency == 1:
+                        for prompt in PROMPTS[:3]:
+                            tokens, elapsed, ttfts = _round([path(prompt)])
+                            _add(totals[(name, 1)], tokens, elapsed, ttfts)
+                    else:
+                        prompts = [PROMPTS[(round_index + i) % len(PROMPTS)] for i in range(8)]
+                        tokens, elapsed, ttfts = _round([path(p) for p in prompts])
+                        _add(totals[(name, 8)], tokens, elapsed, ttfts)
+    finally:
+        if direct is not None:
+            direct.shutdown()
+        server.stop()
+
+    rows, data = [], {"rounds": args.rounds, "sampling": SAMPLING, "load_seconds": load_s}
+    for (name, concurrency), (tokens, elapsed, ttfts) in totals.items():
+        rate = tokens / elapsed
+        stalled = sum(t > STALL_S for t in ttfts)
+        data[f"{name}_c{concurrency}"] = {
+            "tokens_per_s": rate, "requests": len(ttfts), "ttft_p50_s": median(ttfts),
+            "ttft_max_s": max(ttfts), "stalled_requests": stalled,
+        }
+        rows.append([name, concurrency, len(ttfts), rate, median(ttfts), max(ttfts), stalled])
+    for concurrency in (1, 8):
+        base = data[f"direct_c{concurrency}"]["tokens_per_s"]
+        data[f"ratio_c{concurrency}"] = data[f"triton_c{concurrency}"]["tokens_per_s"] / base
+        data[f"ratio_c{concurrency}_without_wakeup"] = (
+            data[f"triton_no_wakeup_c{concurrency}"]["tokens_per_s"] / base)
+    print_table("Output tokens/s: Triton + llm_vllm backend vs vLLM called directly",
+                ["path", "conc", "requests", "tok/s", "ttft p50 s", "ttft max s",
+                 f"ttft>{STALL_S}s"], rows)
+    print(f"\nratio_c1 = {data['ratio_c1']:.3f}   ratio_c8 = {data['ratio_c8']:.3f}   "
+          f"(wake-up off: c1 {data['ratio_c1_without_wakeup']:.3f}, "
+          f"c8 {data['ratio_c8_without_wakeup']:.3f})")
+    write_results("overhead", data)
+
+
+def _add(total: list[Any], tokens: int, elapsed: float, ttfts: list[float]) -> None:
+    total[0] += tokens
+    total[1] += elapsed
+    total[2].extend(ttfts)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""Time to first token of urgent requests while long low-priority streams saturate the engine.
+
+Two models share the server, both with max_num_seqs=3 (small, so saturation is cheap on a CPU):
+- ``ours``: the shipped configuration (priority queue in the backend, one engine slot reserved for
+  level 1, priority passed to vLLM's scheduler);
+- ``fcfs``: back-pressure and priority pass-through off, vLLM in FCFS order: what Triton's stock
+  vLLM backend does.
+Each is loaded with a closed loop of long level-3 streams (at least 4x more waiting than the
+engine runs at once), then short level-1 requests are sent one per second; their TTFT is compared
+with the same requests on the idle model.
+
+    make bench-priority        (or: .venv/bin/python -m bench.priority --samples 10)
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from typing import Any
+
+from bench.common import (
+    PROMPTS,
+    Variant,
+    load_variant,
+    median,
+    percentile,
+    print_table,
+    start_server,
+    stream_once,
+    write_results,
+)
+from control_plane.triton.llm_client import GrpcStream
+
+MAX_NUM_SEQS = 3
+LOW = {"max_tokens": 128, "ignore_eos": True, "temperature": 0}
+HIGH = {"max_tokens": 8, "ignore_eos": True, "temperature": 0}
+OURS = Variant("smollm2_prio", {}, {"max_num_seqs": MAX_NUM_SEQS})
+FCFS = Variant(
+    "smollm2_fcfs",
+    {"back_pressure": "false", "priority_passthrough": "false"},
+    {"max_num_seqs": MAX_NUM_SEQS, "scheduling_policy": "fcfs"},
+)
+
+
+class LowPriorityLoad:
+    """Keeps ``streams`` long level-3 generations in flight until stopped."""
+
+    def __init__(self, server: Any, model: str, streams: int) -> None:
+        self._server, self._model, self._streams = server, model, streams
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._loop, args=(i,), daemon=True)
+                         for i in range(streams)]
+        self.completed = 0
+
+    def __enter__(self) -> LowPriorityLoad:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=120)
+
+    def _loop(self, index: int) -> None:
+        while not self._stop.is_set():
+            stream = GrpcStream(self._server.grpc_url, self._model)
+            try:
+                stream.submit(PROMPTS[index % len(PROMPTS)], LOW, priority=3,
+                              parameters={"priority_level": 3})
+                while not self._stop.is_set() and stream.result.done_at is None:
+                    time.sleep(0.05)
+                if stream.result.done_at is not None:
+                    self.completed += 1
+            finally:
+                stream.close(cancel=True)
+
+
+def urgent_ttfts(server: Any, model: str, samples: int, spacing_s: float) -> list[float]:
+    """Send ``samples`` urgent requests ``spacing_s`` apart (not waiting for each other)."""
+    ttfts: list[float] = []
+    lock = threading.Lock()
+
+    def one(prompt: str) -> None:
+        result = stream_once(server, model, prompt, HIGH, level=1)
+        assert result.first_token_at is not None
+        with lock:
+            ttfts.append(result.first_token_at - result.submitted_at)
+
+    threads = []
+    for i in range(samples):
+        thread = threading.Thread(target=one, args=(PROMPTS[i % len(PROMPTS)],))
+        thread.start()
+        threads.append(thread)
+        time.sleep(spacing_s)
+    for thread in threads:
+        thread.join()
+    return ttfts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--samples", type=int, default=10)
+    parser.add_argument("--low-streams", type=int, default=15,
+                        help="long level-3 streams kept in flight (>= 4x what the engine runs)")
+    parser.add_argument("--warmup-s", type=float, default=4.0)
+    args = parser.parse_args()
+
+    server = start_server("priority")
+    results: dict[str, dict[str, Any]] = {}
+    try:
+        for variant in (OURS, FCFS):
+            load_variant(server, variant)
+        for variant in (OURS, FCFS):
+            stream_once(server, variant.name, PROMPTS[0], HIGH, level=1)  # warm-up
+            idle = urgent_ttfts(server, variant.name, args.samples, spacing_s=0.5)
+            with LowPriorityLoad(server, variant.name, args.low_streams) as load:
+                time.sleep(args.warmup_s)
+                loaded = urgent_ttfts(server, variant.name, args.samples, spacing_s=1.0)
+            results[variant.name] = {
+                "idle_ttft_p50_s": median(idle), "idle_ttft_p95_s": percentile(idle, 0.95),
+                "loaded_ttft_p50_s": median(loaded), "loaded_ttft_p95_s": percentile(loaded, 0.95),
+                "low_streams": args.low_streams, "low_completed": load.completed,
+                "idle_ttfts_s": idle, "loaded_ttfts_s": loaded,
+            }
+    finally:
+        server.stop()
+
+    ours, fcfs = results[OURS.name], results[FCFS.name]
+    data = {
+        "max_num_seqs": MAX_NUM_SEQS, "samples": args.samples, "low": LOW, "high": HIGH,
+        "high_ttft_p95_ratio": ours["loaded_ttft_p95_s"] / ours["idle_ttft_p95_s"],
+        "high_ttft_p95_ratio_fcfs": fcfs["loaded_ttft_p95_s"] / fcfs["idle_ttft_p95_s"],
+        "ours": ours, "fcfs": fcfs,
+    }
+    print_table(
+        f"Urgent (level 1) TTFT under {args.low_streams} long level-3 streams, "
+        f"max_num_seqs={MAX_NUM_SEQS}",
+        ["mode", "idle p50 s", "idle p95 s", "loaded p50 s", "loaded p95 s", "p95 ratio"],
+        [[name, r["idle_ttft_p50_s"], r["idle_ttft_p95_s"], r["loaded_ttft_p50_s"],
+          r["loaded_ttft_p95_s"], r["loaded_ttft_p95_s"] / r["idle_ttft_p95_s"]]
+         for name, r in (("ours", ours), ("fcfs (stock)", fcfs))],
+    )
+    print(f"\nhigh_ttft_p95_ratio = {data['high_ttft_p95_ratio']:.2f}   "
+          f"high_ttft_p95_ratio_fcfs = {data['high_ttft_p95_ratio_fcfs']:.2f}")
+    write_results("priority", data)
+
+
+if __name__ == "__main__":
+    main()

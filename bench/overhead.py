@@ -26,9 +26,9 @@ from bench.common import (
     run_concurrently,
     shipped_engine_args,
     start_server,
-    stream_once,
     write_results,
 )
+from control_plane.triton.llm_client import GrpcStream
 
 SAMPLING = {"max_tokens": 64, "ignore_eos": True, "temperature": 0}
 # A request that waited this long for its first token was stalled (the no-load TTFT is ~30-60 ms).
@@ -84,7 +84,7 @@ def _round(calls: list[Any]) -> tuple[int, float, list[float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
 
     server = start_server("overhead")
@@ -93,20 +93,27 @@ def main() -> None:
         load_s = {v.name: load_variant(server, v) for v in (SHIPPED, NO_WAKEUP)}
         direct = DirectEngine(shipped_engine_args())
 
-        def via_triton(model: str, prompt: str) -> Any:
+        # One persistent gRPC stream per concurrent client, as a real client keeps its channel.
+        pools = {model: [GrpcStream(server.grpc_url, model) for _ in range(8)]
+                 for model in (SHIPPED.name, NO_WAKEUP.name)}
+
+        def via_triton(model: str, prompt: str, index: int) -> Any:
             def call() -> tuple[int, float]:
-                result = stream_once(server, model, prompt, SAMPLING)
-                assert result.first_token_at is not None
+                stream = pools[model][index]
+                stream.submit(prompt, SAMPLING)
+                result = stream.wait(600)
+                if result.error or result.first_token_at is None:
+                    raise RuntimeError(f"{model}: {result.error}")
                 return result.num_output_tokens, result.first_token_at - result.submitted_at
             return call
 
         paths = {
-            "direct": lambda prompt: (lambda: direct.generate(prompt)),
-            "triton": lambda prompt: via_triton(SHIPPED.name, prompt),
-            "triton_no_wakeup": lambda prompt: via_triton(NO_WAKEUP.name, prompt),
+            "direct": lambda prompt, index: (lambda: direct.generate(prompt)),
+            "triton": lambda prompt, index: via_triton(SHIPPED.name, prompt, index),
+            "triton_no_wakeup": lambda prompt, index: via_triton(NO_WAKEUP.name, prompt, index),
         }
-        for path in paths.values():  # warm-up
-            _round([path(PROMPTS[0])])
+        for path in paths.values():  # warm-up, and every pooled stream connected
+            _round([path(PROMPTS[0], i) for i in range(8)])
 
         totals = {(p, c): [0, 0.0, []] for p in paths for c in (1, 8)}
         for round_index in range(args.rounds):
@@ -114,12 +121,15 @@ def main() -> None:
                 for name, path in paths.items():
                     if concurrency == 1:
                         for prompt in PROMPTS[:3]:
-                            tokens, elapsed, ttfts = _round([path(prompt)])
+                            tokens, elapsed, ttfts = _round([path(prompt, 0)])
                             _add(totals[(name, 1)], tokens, elapsed, ttfts)
                     else:
                         prompts = [PROMPTS[(round_index + i) % len(PROMPTS)] for i in range(8)]
-                        tokens, elapsed, ttfts = _round([path(p) for p in prompts])
+                        tokens, elapsed, ttfts = _round([path(p, i) for i, p in enumerate(prompts)])
                         _add(totals[(name, 8)], tokens, elapsed, ttfts)
+        for pool in pools.values():
+            for stream in pool:
+                stream.close()
     finally:
         if direct is not None:
             direct.shutdown()

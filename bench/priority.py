@@ -1,6 +1,6 @@
 """Time to first token of urgent requests while long low-priority streams saturate the engine.
 
-Two models share the server, both with max_num_seqs=3 (small, so saturation is cheap on a CPU):
+Two models share the server, both with a small max_num_seqs (2 by default: saturation is cheap):
 - ``ours``: the shipped configuration (priority queue in the backend, one engine slot reserved for
   level 1, priority passed to vLLM's scheduler);
 - ``fcfs``: back-pressure and priority pass-through off, vLLM in FCFS order: what Triton's stock
@@ -32,15 +32,18 @@ from bench.common import (
 )
 from control_plane.triton.llm_client import GrpcStream
 
-MAX_NUM_SEQS = 3
 LOW = {"max_tokens": 128, "ignore_eos": True, "temperature": 0}
 HIGH = {"max_tokens": 8, "ignore_eos": True, "temperature": 0}
-OURS = Variant("smollm2_prio", {}, {"max_num_seqs": MAX_NUM_SEQS})
-FCFS = Variant(
-    "smollm2_fcfs",
-    {"back_pressure": "false", "priority_passthrough": "false"},
-    {"max_num_seqs": MAX_NUM_SEQS, "scheduling_policy": "fcfs"},
-)
+
+
+def variants(max_num_seqs: int) -> tuple[Variant, Variant]:
+    ours = Variant("smollm2_prio", {}, {"max_num_seqs": max_num_seqs})
+    fcfs = Variant(
+        "smollm2_fcfs",
+        {"back_pressure": "false", "priority_passthrough": "false"},
+        {"max_num_seqs": max_num_seqs, "scheduling_policy": "fcfs"},
+    )
+    return ours, fcfs
 
 
 class LowPriorityLoad:
@@ -101,11 +104,14 @@ def urgent_ttfts(server: Any, model: str, samples: int, spacing_s: float) -> lis
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--samples", type=int, default=10)
-    parser.add_argument("--low-streams", type=int, default=15,
+    parser.add_argument("--samples", type=int, default=20)
+    parser.add_argument("--low-streams", type=int, default=10,
                         help="long level-3 streams kept in flight (>= 4x what the engine runs)")
     parser.add_argument("--warmup-s", type=float, default=4.0)
+    parser.add_argument("--max-num-seqs", type=int, default=2,
+                        help="engine slots; ours reserves one for level 1")
     args = parser.parse_args()
+    OURS, FCFS = variants(args.max_num_seqs)
 
     server = start_server("priority")
     results: dict[str, dict[str, Any]] = {}
@@ -129,14 +135,14 @@ def main() -> None:
 
     ours, fcfs = results[OURS.name], results[FCFS.name]
     data = {
-        "max_num_seqs": MAX_NUM_SEQS, "samples": args.samples, "low": LOW, "high": HIGH,
+        "max_num_seqs": args.max_num_seqs, "samples": args.samples, "low": LOW, "high": HIGH,
         "high_ttft_p95_ratio": ours["loaded_ttft_p95_s"] / ours["idle_ttft_p95_s"],
         "high_ttft_p95_ratio_fcfs": fcfs["loaded_ttft_p95_s"] / fcfs["idle_ttft_p95_s"],
         "ours": ours, "fcfs": fcfs,
     }
     print_table(
         f"Urgent (level 1) TTFT under {args.low_streams} long level-3 streams, "
-        f"max_num_seqs={MAX_NUM_SEQS}",
+        f"max_num_seqs={args.max_num_seqs}",
         ["mode", "idle p50 s", "idle p95 s", "loaded p50 s", "loaded p95 s", "p95 ratio"],
         [[name, r["idle_ttft_p50_s"], r["idle_ttft_p95_s"], r["loaded_ttft_p50_s"],
           r["loaded_ttft_p95_s"], r["loaded_ttft_p95_s"] / r["idle_ttft_p95_s"]]

@@ -120,13 +120,6 @@ class EngineHost:
     def max_model_len(self) -> int:
         return int(self.engine.vllm_config.model_config.max_model_len)
 
-    @property
-    def engine_pids(self) -> list[int]:
-        """PIDs of the engine-core processes (for tests and the reaper)."""
-        import psutil
-
-        return [child.pid for child in psutil.Process().children(recursive=True)]
-
     def tokenize(self, prompt: str) -> list[int]:
         return list(self.engine.get_tokenizer().encode(prompt))
 

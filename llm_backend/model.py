@@ -207,6 +207,7 @@ class TritonPythonModel:
         reason = "the model was unloaded" + ("" if drained else " before the request finished")
         self._engine.shutdown(reason)
         self._ticker.join(timeout=1)
+        self._metrics.close()
         if self._reaper.poll() is None:
             self._reaper.stdin.write("stop\n")
             self._reaper.stdin.flush()

@@ -50,26 +50,48 @@ class TritonBackendMetrics:
         }
         self._engine_running = engine.Metric(labels={**labels, "state": "running"})
         self._engine_waiting = engine.Metric(labels={**labels, "state": "waiting"})
+        self._closed = False
+
+    def close(self) -> None:
+        """Release every metric now, from ``finalize``: a metric destroyed later, at interpreter
+        exit, touches the stub's already-freed shared memory and crashes the stub."""
+        with self._lock:
+            self._closed = True
+            self._inflight.clear()
+            self._waiting.clear()
+            for name in ("_prompt", "_generated", "_ttft", "_itl", "_engine_running",
+                         "_engine_waiting"):
+                setattr(self, name, None)
+            self._families.clear()
 
     def observe_prompt_tokens(self, count: int) -> None:
-        self._prompt.increment(count)
+        if not self._closed:
+            self._prompt.increment(count)
 
     def observe_generated_tokens(self, count: int) -> None:
-        self._generated.increment(count)
+        if not self._closed:
+            self._generated.increment(count)
 
     def observe_time_to_first_token(self, seconds: float) -> None:
-        self._ttft.observe(seconds)
+        if not self._closed:
+            self._ttft.observe(seconds)
 
     def observe_inter_token_latency(self, seconds: float) -> None:
-        self._itl.observe(seconds)
+        if not self._closed:
+            self._itl.observe(seconds)
 
     def set_requests(self, inflight: dict[int, int], waiting: dict[int, int]) -> None:
         with self._lock:
+            if self._closed:
+                return
             for level, gauge in self._inflight.items():
                 gauge.set(inflight.get(level, 0))
             for level, gauge in self._waiting.items():
                 gauge.set(waiting.get(level, 0))
 
     def set_engine_requests(self, running: int, waiting: int) -> None:
-        self._engine_running.set(running)
-        self._engine_waiting.set(waiting)
+        with self._lock:
+            if self._closed:
+                return
+            self._engine_running.set(running)
+            self._engine_waiting.set(waiting)

@@ -66,7 +66,8 @@ class GrpcStream:
     def submit(self, prompt: str, sampling: dict[str, Any], priority: int = 0,
                timeout_us: int | None = None, stream: bool = True,
                parameters: dict[str, Any] | None = None) -> None:
-        self.result.submitted_at = time.monotonic()
+        # A stream may carry one request after another; each gets a fresh result.
+        self.result = StreamResult(submitted_at=time.monotonic())
         kwargs: dict[str, Any] = {"priority": priority, "parameters": parameters}
         if timeout_us is not None:
             kwargs["timeout"] = timeout_us

@@ -36,6 +36,7 @@ class BatcherWakeup:
         self._delay_s = delay_s
         self._lock = threading.Condition()
         self._due = 0
+        self._chained = 0
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="batcher-wakeup", daemon=True)
         self.sent = 0
@@ -44,8 +45,19 @@ class BatcherWakeup:
         self._thread.start()
 
     def poke(self) -> None:
-        """Called at the end of an ``execute()`` after which the queue may still hold requests."""
+        """Called at the end of an ``execute()`` that handled a client's request."""
         with self._lock:
+            self._chained = 0
+            self._due += 1
+            self._lock.notify()
+
+    def poke_after_noop(self) -> None:
+        """Called by a no-op that waited behind queued work. Bounded, so a machine too busy to
+        answer a no-op within the threshold cannot keep an idle model sending them."""
+        with self._lock:
+            if self._chained >= MAX_CHAINED_NOOPS:
+                return
+            self._chained += 1
             self._due += 1
             self._lock.notify()
 
@@ -77,6 +89,8 @@ class BatcherWakeup:
 # may be behind it: its own execute() pokes again. One answered at once means an idle queue, which
 # ends the chain.
 QUEUED_BEHIND_WORK_NS = 3_000_000
+# No-ops one client request may set off in a row.
+MAX_CHAINED_NOOPS = 4
 
 
 def waited_behind_work(sent_at_ns: int) -> bool:

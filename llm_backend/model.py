@@ -123,7 +123,7 @@ class TritonPythonModel:
             if is_wakeup(parameters):
                 sink.send(None, final=True)
                 if self._wakeup and waited_behind_work(int(parameters.get("sent_at_ns", 0))):
-                    self._wakeup.poke()
+                    self._wakeup.poke_after_noop()
                 continue
             handled_real_work = True
             self._accept(request, parameters, sink)

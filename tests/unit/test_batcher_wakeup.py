@@ -198,3 +198,27 @@ def test_waited_behind_work_uses_monotonic_ns(monkeypatch):
     assert waited_behind_work(100_000_000 - QUEUED_BEHIND_WORK_NS) is False  # exactly: not over
     assert waited_behind_work(100_000_000 - QUEUED_BEHIND_WORK_NS - 1) is True
     assert waited_behind_work(0) is True
+
+
+def test_chained_noop_pokes_are_bounded_until_a_client_request_resets_them():
+    from llm_backend.batcher_wakeup import MAX_CHAINED_NOOPS
+
+    sent: list[int] = []
+    wakeup = BatcherWakeup(sent.append, delay_s=0)
+    wakeup.start()
+    try:
+        for _ in range(MAX_CHAINED_NOOPS + 3):
+            wakeup.poke_after_noop()
+        deadline = time.monotonic() + 2
+        while len(sent) < MAX_CHAINED_NOOPS and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)
+        assert len(sent) == MAX_CHAINED_NOOPS
+        wakeup.poke()
+        wakeup.poke_after_noop()
+        deadline = time.monotonic() + 2
+        while len(sent) < MAX_CHAINED_NOOPS + 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(sent) == MAX_CHAINED_NOOPS + 2
+    finally:
+        wakeup.stop()

@@ -1,7 +1,7 @@
 # Two commands do all the set-up (each installs what is missing first, then reuses it):
 #   make serve   tritonserver + the demo LLM through our vLLM backend, ready for HTTP and gRPC
 #   make test    the whole test suite (what CI runs)
-.PHONY: setup serve test unit-test bench bench-overhead bench-priority
+.PHONY: setup serve test unit-test bench bench-overhead bench-priority bench-stall
 
 PYTHON := .venv/bin/python
 
@@ -17,10 +17,13 @@ test: setup
 unit-test: setup
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/unit
 
-bench: bench-overhead bench-priority
+bench: bench-overhead bench-priority bench-stall
 
 bench-overhead: setup
 	$(PYTHON) -m bench.overhead
 
 bench-priority: setup
 	$(PYTHON) -m bench.priority
+
+bench-stall: setup
+	$(PYTHON) -m bench.batcher_stall

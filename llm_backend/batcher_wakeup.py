@@ -21,8 +21,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 log = logging.getLogger(__name__)
+
+# Set only on the backend's own no-op requests.
+WAKEUP_PARAMETER = "llm_backend_wakeup"
 
 # Long enough for execute() to have returned and the instance to be idle again.
 WAKEUP_DELAY_S = 0.001
@@ -95,3 +99,8 @@ MAX_CHAINED_NOOPS = 4
 
 def waited_behind_work(sent_at_ns: int) -> bool:
     return time.monotonic_ns() - sent_at_ns > QUEUED_BEHIND_WORK_NS
+
+
+def is_wakeup(parameters: dict[str, Any]) -> bool:
+    """True for the backend's own no-op requests, which get an empty answer."""
+    return parameters.get(WAKEUP_PARAMETER) is True

@@ -28,16 +28,16 @@ import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
 from llm_backend.admission import Admission  # noqa: E402
-from llm_backend.batcher_wakeup import BatcherWakeup, waited_behind_work  # noqa: E402
+from llm_backend.batcher_wakeup import (  # noqa: E402
+    WAKEUP_PARAMETER,
+    BatcherWakeup,
+    is_wakeup,
+    waited_behind_work,
+)
 from llm_backend.engine import EngineHost, GenerationJob  # noqa: E402
 from llm_backend.errors import BackendError, Unavailable  # noqa: E402
 from llm_backend.scheduler import AdmissionScheduler, QueuePolicy, QueueRejected  # noqa: E402
-from llm_backend.request import (  # noqa: E402
-    WAKEUP_PARAMETER,
-    is_wakeup,
-    parse_parameters_json,
-    parse_request,
-)
+from llm_backend.request import parse_parameters_json, parse_request  # noqa: E402
 from llm_backend.settings import SettingsError, load_settings  # noqa: E402
 from llm_backend.triton_io import TritonResponseSink, read_raw_request  # noqa: E402
 from llm_backend.triton_metrics import TritonBackendMetrics  # noqa: E402

@@ -22,8 +22,6 @@ TIMEOUT_PARAMETER = "timeout"
 # Request parameters that are not sampling parameters; "id" is the request id, which Triton's
 # HTTP generate endpoint also copies into the parameters.
 NON_SAMPLING_PARAMETERS = frozenset({*PRIORITY_PARAMETERS, TIMEOUT_PARAMETER, "id"})
-# Set only on the backend's own wake-up requests (see batcher_wakeup.py).
-WAKEUP_PARAMETER = "llm_backend_wakeup"
 
 
 @dataclass(frozen=True)
@@ -73,11 +71,6 @@ def parse_parameters_json(text: str | None) -> dict[str, Any]:
     if not text:
         return {}
     return parse_json_object(text, "parameters")
-
-
-def is_wakeup(parameters: dict[str, Any]) -> bool:
-    """True for the backend's own no-op requests, which get an empty answer."""
-    return parameters.get(WAKEUP_PARAMETER) is True
 
 
 def parse_request(raw: RawRequest, levels: PriorityLevels) -> GenerationRequest:

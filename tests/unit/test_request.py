@@ -5,16 +5,15 @@ from __future__ import annotations
 import pytest
 from vllm.sampling_params import RequestOutputKind
 
+from llm_backend.batcher_wakeup import WAKEUP_PARAMETER, is_wakeup
 from llm_backend.errors import InvalidRequest
 from llm_backend.priority import PriorityLevels
 from llm_backend.request import (
     NON_SAMPLING_PARAMETERS,
     PRIORITY_PARAMETERS,
     TIMEOUT_PARAMETER,
-    WAKEUP_PARAMETER,
     GenerationRequest,
     RawRequest,
-    is_wakeup,
     parse_parameters_json,
     parse_request,
 )

@@ -7,7 +7,6 @@ long generations saturate it for everyone else.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest

@@ -1,11 +1,13 @@
 """Overhead of Triton + our backend vs the same vLLM engine called directly, in one run.
 
-Output tokens/s at concurrency 1 and 8, same model, prompts and sampling settings; rounds of the
-direct engine and the Triton models are interleaved so machine noise hits both alike. Triton runs
+Output tokens/s at concurrency 1 and 8, same model, prompts and sampling settings, in steady state:
+each phase keeps `concurrency` clients busy (each sends its next request when the last ends) for a
+fixed time; phases of the direct engine and the Triton models alternate, several cycles, so machine
+noise hits both alike. Triton runs
 the shipped configuration (priority levels on, batcher wake-up on) and, to show what the wake-up
 fixes, the same configuration with the wake-up turned off.
 
-    make bench-overhead        (or: .venv/bin/python -m bench.overhead --rounds 3)
+    make bench-overhead        (or: .venv/bin/python -m bench.overhead --cycles 3 --seconds 15)
 """
 
 from __future__ import annotations
@@ -82,9 +84,30 @@ def _round(calls: list[Any]) -> tuple[int, float, list[float]]:
     return sum(r[0] for r in results), elapsed, [r[1] for r in results]
 
 
+def _steady(path: Any, concurrency: int, seconds: float, offset: int) -> tuple[int, float, list[float]]:
+    """Closed loop: ``concurrency`` clients, each sending its next request when one ends."""
+    started = time.monotonic()
+    stop_at = started + seconds
+
+    def client(index: int) -> Any:
+        def run() -> tuple[int, list[float]]:
+            tokens, ttfts, n = 0, [], 0
+            while time.monotonic() < stop_at:
+                produced, ttft = path(PROMPTS[(offset + index + n) % len(PROMPTS)], index)()
+                tokens, n = tokens + produced, n + 1
+                ttfts.append(ttft)
+            return tokens, ttfts
+        return run
+
+    results = run_concurrently([client(i) for i in range(concurrency)])
+    elapsed = time.monotonic() - started
+    return sum(r[0] for r in results), elapsed, [t for r in results for t in r[1]]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--cycles", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=15.0, help="length of each phase")
     args = parser.parse_args()
 
     server = start_server("overhead")
@@ -116,17 +139,11 @@ def main() -> None:
             _round([path(PROMPTS[0], i) for i in range(8)])
 
         totals = {(p, c): [0, 0.0, []] for p in paths for c in (1, 8)}
-        for round_index in range(args.rounds):
+        for cycle in range(args.cycles):
             for concurrency in (1, 8):
                 for name, path in paths.items():
-                    if concurrency == 1:
-                        for prompt in PROMPTS[:3]:
-                            tokens, elapsed, ttfts = _round([path(prompt, 0)])
-                            _add(totals[(name, 1)], tokens, elapsed, ttfts)
-                    else:
-                        prompts = [PROMPTS[(round_index + i) % len(PROMPTS)] for i in range(8)]
-                        tokens, elapsed, ttfts = _round([path(p, i) for i, p in enumerate(prompts)])
-                        _add(totals[(name, 8)], tokens, elapsed, ttfts)
+                    _add(totals[(name, concurrency)],
+                         *_steady(path, concurrency, args.seconds, offset=cycle))
         for pool in pools.values():
             for stream in pool:
                 stream.close()
@@ -135,7 +152,8 @@ def main() -> None:
             direct.shutdown()
         server.stop()
 
-    rows, data = [], {"rounds": args.rounds, "sampling": SAMPLING, "load_seconds": load_s}
+    rows, data = [], {"cycles": args.cycles, "phase_seconds": args.seconds, "sampling": SAMPLING,
+                      "load_seconds": load_s}
     for (name, concurrency), (tokens, elapsed, ttfts) in totals.items():
         rate = tokens / elapsed
         stalled = sum(t > STALL_S for t in ttfts)

@@ -1,0 +1,42 @@
+"""JSON shapes of auth: tokens (the secret appears once) and audit events."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from control_plane.auth.orm import AuditEvent
+from control_plane.auth.scopes import Scope
+
+
+class TokenCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    scope: Scope
+
+
+class TokenCreated(BaseModel):
+    name: str
+    scope: Scope
+    secret: str
+
+
+class AuditEventOut(BaseModel):
+    id: int
+    occurred_at: datetime
+    actor: str
+    action: str
+    target_type: str
+    target: str
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    request_id: str | None
+
+    @classmethod
+    def of(cls, event: AuditEvent) -> AuditEventOut:
+        return cls(id=event.id, occurred_at=event.occurred_at, actor=event.actor,
+                   action=event.action, target_type=event.target_type, target=event.target,
+                   before=event.before, after=event.after, request_id=event.request_id)

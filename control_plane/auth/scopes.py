@@ -1,0 +1,29 @@
+"""Scopes and the actor a request runs as; free of any web framework so services can take them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Scope(StrEnum):
+    """What a token may do; each scope includes the ones below it (admin > write > read)."""
+
+    READ = "read"
+    WRITE = "write"
+    ADMIN = "admin"
+
+    def includes(self, required: Scope) -> bool:
+        return _RANK[self] >= _RANK[required]
+
+
+_RANK = {Scope.READ: 0, Scope.WRITE: 1, Scope.ADMIN: 2}
+
+
+@dataclass(frozen=True)
+class Actor:
+    """The caller of one request or command, as the audit log records it."""
+
+    name: str
+    scope: Scope
+    request_id: str | None = None

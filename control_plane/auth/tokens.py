@@ -1,0 +1,55 @@
+"""API tokens: created with a secret shown once, stored as its sha256, resolved to an actor."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from control_plane.auth import audit
+from control_plane.auth.orm import ApiToken
+from control_plane.auth.repository import TokenRepository
+from control_plane.auth.scopes import Actor, Scope
+from control_plane.errors import Conflict, InvalidRequest, Unauthorized
+
+# The prefix makes a leaked token recognisable to secret scanners and to a human.
+SECRET_PREFIX = "llmcp_"
+TOKEN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    name: str
+    scope: Scope
+    secret: str
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def create_token(session: Session, actor: Actor, name: str, scope: Scope) -> IssuedToken:
+    """Create a token; its secret exists only in the returned value."""
+    if not TOKEN_NAME.match(name):
+        raise InvalidRequest(f"token name '{name}' is not allowed: use 1-64 letters, digits, "
+                             "'.', '_', '@' or '-', starting with a letter or digit")
+    repository = TokenRepository(session)
+    if repository.get_by_name(name) is not None:
+        raise Conflict(f"a token named '{name}' already exists; pick another name")
+    secret = SECRET_PREFIX + secrets.token_urlsafe(32)
+    repository.add(ApiToken(name=name, scope=scope.value, secret_hash=hash_secret(secret)))
+    audit.record(session, actor, "token.create", "token", name, after={"name": name,
+                                                                        "scope": scope.value})
+    return IssuedToken(name=name, scope=scope, secret=secret)
+
+
+def authenticate(session: Session, secret: str, request_id: str | None) -> Actor:
+    """The actor behind ``secret``, or Unauthorized."""
+    token = TokenRepository(session).get_by_hash(hash_secret(secret))
+    if token is None:
+        raise Unauthorized("the API token is not valid; create one with "
+                           "'llm-control-plane tokens create'")
+    return Actor(name=token.name, scope=Scope(token.scope), request_id=request_id)

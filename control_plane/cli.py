@@ -1,0 +1,61 @@
+"""``llm-control-plane``: migrate the database, bootstrap API tokens, serve the admin API."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+import uvicorn
+
+from control_plane import migrate as migrations
+from control_plane.app import create_app
+from control_plane.auth import tokens
+from control_plane.auth.scopes import Actor, Scope
+from control_plane.db import ensure_sqlite_directory, make_engine, make_session_factory, transaction
+from control_plane.errors import ControlPlaneError
+from control_plane.settings import Settings
+
+app = typer.Typer(help=__doc__, no_args_is_help=True)
+tokens_app = typer.Typer(help="API tokens.", no_args_is_help=True)
+app.add_typer(tokens_app, name="tokens")
+
+# Commands run on the operator's machine with database access; the audit log names them so.
+CLI_ACTOR = "cli"
+
+
+@app.command()
+def migrate() -> None:
+    """Bring the database to the newest schema (alembic upgrade head)."""
+    settings = Settings()
+    ensure_sqlite_directory(settings.database_url)
+    migrations.upgrade(settings.database_url)
+    typer.echo("database is at the newest schema")
+
+
+@tokens_app.command("create")
+def create_token(
+    name: Annotated[str, typer.Option(help="who or what uses the token (shown in the audit log)")],
+    scope: Annotated[Scope, typer.Option(help="read < write < admin")] = Scope.READ,
+) -> None:
+    """Create an API token and print its secret; it is shown this once and never stored."""
+    settings = Settings()
+    engine = make_engine(settings.database_url)
+    try:
+        with transaction(make_session_factory(engine)) as session:
+            issued = tokens.create_token(session, Actor(name=CLI_ACTOR, scope=Scope.ADMIN),
+                                         name, scope)
+    except ControlPlaneError as exc:
+        typer.echo(f"error: {exc.message}", err=True)
+        raise typer.Exit(code=1) from exc
+    finally:
+        engine.dispose()
+    typer.echo(f"created token '{issued.name}' with scope '{issued.scope}'; save the secret now, "
+               "it is not shown again:", err=True)
+    typer.echo(issued.secret)
+
+
+@app.command()
+def serve() -> None:
+    """Serve the admin REST API (migrate first)."""
+    settings = Settings()
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port)

@@ -1,0 +1,100 @@
+"""Database plumbing: the declarative base, engines, sessions and the one place that commits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, DateTime, Engine, MetaData, create_engine, event
+from sqlalchemy.engine import Dialect, make_url
+from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+from sqlalchemy.types import TypeDecorator
+
+# Deterministic constraint names, so migrations can name (and drop) what autogenerate created on
+# every backend; PostgreSQL and SQLite would otherwise invent different names.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp on every backend (SQLite hands back naive datetimes)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime: pass an aware UTC datetime")
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; SQLite gets foreign keys and a shared connection across threads."""
+    if make_url(url).get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True)
+    # FastAPI runs sync endpoints in a thread pool, so a connection may move between threads; the
+    # pool still hands it to one thread at a time.
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+    event.listen(engine, "connect", _configure_sqlite_connection)
+    event.listen(engine, "begin", _begin_immediate)
+    return engine
+
+
+def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
+    # The driver's own transaction handling is off so that _begin_immediate decides how one starts.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _begin_immediate(connection: Connection) -> None:
+    # SQLite's default deferred transactions let two writers both read, then deadlock on upgrading
+    # their locks ("database is locked"). Taking the write lock at BEGIN makes the second writer
+    # wait for the first, then read what it wrote, as a row lock would on PostgreSQL.
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def ensure_sqlite_directory(url: str) -> None:
+    """Create the directory of a SQLite file database (the embedded default lives under .cache)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+
+
+def make_session_factory(engine: Engine) -> sessionmaker[Session]:
+    # Objects stay readable after commit: responses are built from them once the transaction ends.
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
+    """One unit of work: commit when the block succeeds, roll back when it raises."""
+    with factory() as session:
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise

@@ -1,0 +1,34 @@
+"""FastAPI dependencies shared by every feature: the transaction and the settings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.orm import Session
+
+from control_plane.db import transaction
+from control_plane.settings import Settings
+
+
+def _session(request: Request) -> Iterator[Session]:
+    # The one owner of the transaction: commit after the endpoint returns, roll back if it raised.
+    with transaction(request.app.state.session_factory) as session:
+        yield session
+
+
+def _settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def request_id(request: Request) -> str | None:
+    value: str | None = getattr(request.state, "request_id", None)
+    return value
+
+
+# scope="function" commits before the response is sent, so a failed commit becomes an error
+# response instead of a 2xx for a change that never happened.
+DbSession = Annotated[Session, Depends(_session, scope="function")]
+AppSettings = Annotated[Settings, Depends(_settings)]

@@ -1,0 +1,62 @@
+"""Turns every error into the one JSON shape ``{"error": <type>, "detail": <message>}``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from sqlalchemy.exc import DBAPIError, OperationalError
+from starlette.exceptions import HTTPException
+
+from control_plane.errors import ControlPlaneError, DatabaseUnavailable
+
+
+class ErrorBody(BaseModel):
+    error: str
+    detail: str
+
+
+def _error(status_code: int, error: str, detail: str,
+           headers: Mapping[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(ErrorBody(error=error, detail=detail).model_dump(),
+                        status_code=status_code, headers=headers)
+
+
+def error_responses(*status_codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries documenting the error shape for ``status_codes``."""
+    return {code: {"model": ErrorBody} for code in status_codes}
+
+
+def database_unavailable(exc: DBAPIError) -> DatabaseUnavailable:
+    # The driver's first line names the cause (refused connection, missing file, …); the rest is
+    # SQL and parameters a client has no use for.
+    reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else type(exc).__name__
+    return DatabaseUnavailable(
+        f"the database is unavailable ({reason}); nothing was changed, retry when it is back")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ControlPlaneError)
+    async def control_plane_error(_: Request, exc: ControlPlaneError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+        return _error(exc.status_code, type(exc).__name__, exc.message, headers)
+
+    @app.exception_handler(OperationalError)
+    async def operational_error(_: Request, exc: OperationalError) -> JSONResponse:
+        unavailable = database_unavailable(exc)
+        return _error(unavailable.status_code, type(unavailable).__name__, unavailable.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
+            for error in exc.errors())
+        return _error(422, "InvalidRequest", problems)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        return _error(exc.status_code, "HTTPError", str(exc.detail), exc.headers)

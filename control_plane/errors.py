@@ -1,0 +1,113 @@
+"""Every error the control plane reports to a user, with the HTTP status it maps to.
+
+ControlPlaneError (500)
+├── InvalidRequest (422)
+│   ├── InvalidSource
+│   └── UnknownEngineArgument
+├── NotFound (404)
+│   ├── ModelNotFound
+│   ├── VersionNotFound
+│   ├── AliasNotFound
+│   └── NodeNotFound
+├── Conflict (409)
+│   ├── ModelAlreadyExists
+│   ├── NodeAlreadyExists
+│   ├── ModelInUse
+│   ├── InvalidStateTransition
+│   └── InvalidAliasTarget
+├── Unauthorized (401)
+├── Forbidden (403)
+├── PreconditionFailed (412)
+└── DatabaseUnavailable (503)
+
+The domain code raises these without knowing about HTTP frameworks; ``error_handlers`` turns them
+into ``{"error": <class name>, "detail": <message>}``.
+"""
+
+from __future__ import annotations
+
+
+class ControlPlaneError(Exception):
+    status_code = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidRequest(ControlPlaneError):
+    status_code = 422
+
+
+class InvalidSource(InvalidRequest):
+    pass
+
+
+class UnknownEngineArgument(InvalidRequest):
+    pass
+
+
+class NotFound(ControlPlaneError):
+    status_code = 404
+
+
+class ModelNotFound(NotFound):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"model '{name}' does not exist")
+
+
+class VersionNotFound(NotFound):
+    def __init__(self, model: str, number: int) -> None:
+        super().__init__(f"model '{model}' has no version {number}")
+
+
+class AliasNotFound(NotFound):
+    def __init__(self, model: str, alias: str) -> None:
+        super().__init__(f"model '{model}' has no alias '{alias}'")
+
+
+class NodeNotFound(NotFound):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"node '{name}' is not registered")
+
+
+class Conflict(ControlPlaneError):
+    status_code = 409
+
+
+class NodeAlreadyExists(Conflict):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"node '{name}' already exists; PATCH it or pick another name")
+
+
+class ModelAlreadyExists(Conflict):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"model '{name}' already exists; PATCH it or pick another name")
+
+
+class ModelInUse(Conflict):
+    pass
+
+
+class InvalidStateTransition(Conflict):
+    pass
+
+
+class InvalidAliasTarget(Conflict):
+    pass
+
+
+class Unauthorized(ControlPlaneError):
+    status_code = 401
+
+
+class Forbidden(ControlPlaneError):
+    status_code = 403
+
+
+class PreconditionFailed(ControlPlaneError):
+    status_code = 412
+
+
+class DatabaseUnavailable(ControlPlaneError):
+    status_code = 503

@@ -1,0 +1,1 @@
+"""Idempotency keys: a retried POST returns its first result and creates nothing twice."""

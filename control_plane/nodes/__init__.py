@@ -1,0 +1,1 @@
+"""Triton nodes the control plane drives: their URLs, labels and repository-API key reference."""

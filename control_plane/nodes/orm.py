@@ -1,0 +1,28 @@
+"""The table of Triton nodes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import JSON, Integer, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from control_plane.db import Base, UTCDateTime, utcnow
+
+
+class TritonNode(Base):
+    __tablename__ = "triton_nodes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    http_url: Mapped[str] = mapped_column(String(512))
+    grpc_url: Mapped[str] = mapped_column(String(512))
+    labels: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    # Where the repository-API key lives (env:VAR or file:/path), never the key itself: the
+    # database then holds nothing that opens a node.
+    api_key_ref: Mapped[str | None] = mapped_column(String(512))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    revision: Mapped[int] = mapped_column(Integer)
+
+    __mapper_args__ = {"version_id_col": revision}

@@ -1,0 +1,60 @@
+"""REST endpoints of Triton nodes: translate between JSON and service calls, nothing more."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response, status
+from fastapi.responses import JSONResponse
+
+from control_plane.auth.dependencies import Reader, Writer
+from control_plane.dependencies import DbSession
+from control_plane.error_handlers import error_responses
+from control_plane.idempotency.http import IdempotencyKeyHeader, respond_once
+from control_plane.labels import IfMatch, LabelFilter, parse_label_filter
+from control_plane.nodes import service
+from control_plane.nodes.orm import TritonNode
+from control_plane.nodes.schemas import NodeCreate, NodeOut, NodeUpdate
+from control_plane.pagination import Limit, Offset, Page
+
+router = APIRouter(prefix="/nodes", tags=["nodes"], responses=error_responses(401, 403, 422, 503))
+
+
+def _node(response: Response, node: TritonNode) -> NodeOut:
+    response.headers["ETag"] = service.node_etag(node)
+    return NodeOut.of(node)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=NodeOut,
+             responses=error_responses(409))
+def register_node(body: NodeCreate, request: Request, session: DbSession, actor: Writer,
+                  idempotency_key: IdempotencyKeyHeader = None) -> JSONResponse:
+    def perform() -> tuple[NodeOut, dict[str, str]]:
+        node = service.register_node(session, actor, body)
+        return NodeOut.of(node), {"ETag": service.node_etag(node)}
+
+    return respond_once(request, session, actor, idempotency_key, body, 201, perform)
+
+
+@router.get("")
+def list_nodes(session: DbSession, _: Reader, label: LabelFilter = [],  # noqa: B006
+               limit: Limit = 50, offset: Offset = 0) -> Page[NodeOut]:
+    nodes, total = service.list_nodes(session, parse_label_filter(label), limit, offset)
+    return Page(items=[NodeOut.of(n) for n in nodes], total=total, limit=limit, offset=offset)
+
+
+@router.get("/{name}", responses=error_responses(404))
+def get_node(name: str, response: Response, session: DbSession, _: Reader) -> NodeOut:
+    return _node(response, service.get_node(session, name))
+
+
+@router.patch("/{name}", responses=error_responses(404, 412))
+def update_node(name: str, body: NodeUpdate, response: Response, session: DbSession,
+                actor: Writer, if_match: IfMatch = None) -> NodeOut:
+    return _node(response, service.update_node(session, actor, name, body, if_match))
+
+
+@router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT,
+               responses=error_responses(404, 412))
+def remove_node(name: str, session: DbSession, actor: Writer, if_match: IfMatch = None
+                ) -> Response:
+    service.remove_node(session, actor, name, if_match)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

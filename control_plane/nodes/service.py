@@ -1,0 +1,79 @@
+"""Triton node use cases. Each takes the caller's session and flushes; the caller commits."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from control_plane.auth import audit
+from control_plane.auth.scopes import Actor
+from control_plane.concurrency import check_if_match, etag
+from control_plane.db import utcnow
+from control_plane.errors import NodeAlreadyExists, NodeNotFound
+from control_plane.nodes.orm import TritonNode
+from control_plane.nodes.repository import NodeRepository
+from control_plane.nodes.schemas import NodeCreate, NodeOut, NodeUpdate
+
+
+def node_etag(node: TritonNode) -> str:
+    return etag(node.id, node.revision)
+
+
+def _snapshot(node: TritonNode) -> dict[str, Any]:
+    return NodeOut.of(node).model_dump(mode="json")
+
+
+def register_node(session: Session, actor: Actor, data: NodeCreate) -> TritonNode:
+    repository = NodeRepository(session)
+    if repository.get_by_name(data.name) is not None:
+        raise NodeAlreadyExists(data.name)
+    node = TritonNode(name=data.name, http_url=str(data.http_url), grpc_url=data.grpc_url,
+                      labels=data.labels, api_key_ref=data.api_key_ref)
+    try:
+        repository.save(node)
+    except IntegrityError as exc:  # a concurrent registration of the same name won the race
+        raise NodeAlreadyExists(data.name) from exc
+    audit.record(session, actor, "node.register", "node", node.name, after=_snapshot(node))
+    return node
+
+
+def get_node(session: Session, name: str, *, for_update: bool = False) -> TritonNode:
+    node = NodeRepository(session).get_by_name(name, for_update=for_update)
+    if node is None:
+        raise NodeNotFound(name)
+    return node
+
+
+def list_nodes(session: Session, labels: Mapping[str, str], limit: int, offset: int
+               ) -> tuple[Sequence[TritonNode], int]:
+    return NodeRepository(session).list(labels, limit, offset)
+
+
+def update_node(session: Session, actor: Actor, name: str, data: NodeUpdate,
+                if_match: str | None = None) -> TritonNode:
+    node = get_node(session, name, for_update=True)
+    check_if_match(node_etag(node), if_match, f"node '{name}'")
+    before = _snapshot(node)
+    if data.http_url is not None:
+        node.http_url = str(data.http_url)
+    if data.grpc_url is not None:
+        node.grpc_url = data.grpc_url
+    if data.labels is not None:
+        node.labels = data.labels
+    if data.api_key_ref is not None:
+        node.api_key_ref = data.api_key_ref
+    node.updated_at = utcnow()
+    NodeRepository(session).save(node)
+    audit.record(session, actor, "node.update", "node", name, before=before, after=_snapshot(node))
+    return node
+
+
+def remove_node(session: Session, actor: Actor, name: str, if_match: str | None = None) -> None:
+    node = get_node(session, name, for_update=True)
+    check_if_match(node_etag(node), if_match, f"node '{name}'")
+    before = _snapshot(node)
+    NodeRepository(session).delete(node)
+    audit.record(session, actor, "node.remove", "node", name, before=before)

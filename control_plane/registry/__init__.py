@@ -1,0 +1,1 @@
+"""The model registry: models, their immutable versions, and the rules a version must satisfy."""

@@ -1,0 +1,38 @@
+"""vLLM engine arguments of a version, checked against vLLM's own ``AsyncEngineArgs`` fields."""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from control_plane.errors import UnknownEngineArgument
+
+# Set by the control plane from the version's source; a second value would only disagree with it.
+RESERVED = frozenset({"model"})
+
+
+@functools.cache
+def vllm_engine_arg_names() -> frozenset[str]:
+    """The field names of the installed vLLM's ``AsyncEngineArgs``."""
+    # Imported on first use: vLLM pulls in torch, which the rest of the control plane never needs.
+    from vllm import AsyncEngineArgs
+
+    return frozenset(AsyncEngineArgs.__dataclass_fields__)
+
+
+def check_engine_args(args: Mapping[str, Any], known: Iterable[str] | None = None) -> None:
+    """Refuse keys vLLM does not know (naming the close matches) and keys the source sets."""
+    names = frozenset(known) if known is not None else vllm_engine_arg_names()
+    problems = []
+    for key in sorted(args):
+        if key in RESERVED:
+            problems.append(f"'{key}' is set from the version's source; remove it")
+        elif key not in names:
+            matches = difflib.get_close_matches(key, sorted(names), n=3, cutoff=0.6)
+            hint = f"did you mean {', '.join(repr(m) for m in matches)}?" if matches else \
+                "see vLLM's EngineArgs for the accepted names"
+            problems.append(f"'{key}' is not a vLLM engine argument; {hint}")
+    if problems:
+        raise UnknownEngineArgument("; ".join(problems))

@@ -1,0 +1,141 @@
+"""All SQL of the registry. Repositories flush at most; the caller's transaction commits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.exc import StaleDataError
+
+from control_plane.errors import PreconditionFailed
+from control_plane.registry.orm import AliasMove, Model, ModelAlias, ModelVersion, VersionState
+
+
+@contextmanager
+def _lost_race(what: str) -> Iterator[None]:
+    # The UPDATE/DELETE matched no row at the revision we read: another writer got there first.
+    try:
+        yield
+    except StaleDataError as exc:
+        raise PreconditionFailed(f"{what} was changed by another request meanwhile; GET it "
+                                 "again and retry") from exc
+
+
+class ModelRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def get_by_name(self, name: str, *, for_update: bool = False) -> Model | None:
+        statement = select(Model).where(Model.name == name)
+        if for_update:
+            # Serializes version-number assignment per model on PostgreSQL; SQLite has a single
+            # writer anyway and ignores the clause.
+            statement = statement.with_for_update()
+        return self.session.scalars(statement).one_or_none()
+
+    def list(self, labels: Mapping[str, str], limit: int, offset: int
+             ) -> tuple[Sequence[Model], int]:
+        """One page of models carrying every given label, ordered by name, and the total count."""
+        conditions = [Model.labels[key].as_string() == value for key, value in labels.items()]
+        total = self.session.scalar(select(func.count()).select_from(Model).where(*conditions))
+        page = self.session.scalars(
+            select(Model).where(*conditions).order_by(Model.name).limit(limit).offset(offset)).all()
+        return page, total or 0
+
+    def add(self, model: Model) -> None:
+        self.session.add(model)
+        self.session.flush()
+
+    def save(self, model: Model) -> None:
+        with _lost_race(f"model '{model.name}'"):
+            self.session.flush()
+
+    def delete(self, model: Model) -> None:
+        self.session.delete(model)
+        with _lost_race(f"model '{model.name}'"):
+            self.session.flush()
+
+    def count_unarchived_versions(self, model_id: int) -> int:
+        return self.session.scalar(
+            select(func.count()).select_from(ModelVersion).where(
+                ModelVersion.model_id == model_id,
+                ModelVersion.state != VersionState.ARCHIVED.value)) or 0
+
+
+class VersionRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def next_number(self, model_id: int) -> int:
+        highest = self.session.scalar(
+            select(func.max(ModelVersion.number)).where(ModelVersion.model_id == model_id))
+        return (highest or 0) + 1
+
+    def get(self, model_id: int, number: int) -> ModelVersion | None:
+        return self.session.scalars(select(ModelVersion).where(
+            ModelVersion.model_id == model_id, ModelVersion.number == number)).one_or_none()
+
+    def list(self, model_id: int, limit: int, offset: int
+             ) -> tuple[Sequence[ModelVersion], int]:
+        """One page of a model's versions, newest first, and the total count."""
+        total = self.session.scalar(select(func.count()).select_from(ModelVersion).where(
+            ModelVersion.model_id == model_id))
+        page = self.session.scalars(
+            select(ModelVersion).where(ModelVersion.model_id == model_id)
+            .order_by(ModelVersion.number.desc()).limit(limit).offset(offset)).all()
+        return page, total or 0
+
+    def add(self, version: ModelVersion) -> None:
+        self.session.add(version)
+        self.session.flush()
+
+    def save(self, version: ModelVersion) -> None:
+        with _lost_race(f"version {version.number}"):
+            self.session.flush()
+
+    def change_state(self, version: ModelVersion, expected: VersionState, new: VersionState,
+                     at: datetime) -> bool:
+        """Move ``version`` to ``new`` only if it is unchanged since it was read."""
+        result = self.session.execute(
+            update(ModelVersion)
+            .where(ModelVersion.id == version.id, ModelVersion.state == expected.value,
+                   ModelVersion.revision == version.revision)
+            .values(state=new.value, updated_at=at, revision=ModelVersion.revision + 1)
+            .execution_options(synchronize_session=False))
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            return False
+        self.session.refresh(version)
+        return True
+
+
+class AliasRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def get(self, model_id: int, name: str) -> ModelAlias | None:
+        return self.session.scalars(select(ModelAlias).where(
+            ModelAlias.model_id == model_id, ModelAlias.name == name)).one_or_none()
+
+    def list(self, model_id: int) -> Sequence[ModelAlias]:
+        return self.session.scalars(select(ModelAlias).where(ModelAlias.model_id == model_id)
+                                    .order_by(ModelAlias.name)).all()
+
+    def save(self, alias: ModelAlias, move: AliasMove) -> None:
+        """Store the alias as it now points and the move that got it there."""
+        self.session.add(alias)
+        with _lost_race(f"alias '{alias.name}'"):
+            self.session.flush()
+        move.alias_id = alias.id
+        self.session.add(move)
+        self.session.flush()
+
+    def history(self, alias_id: int, limit: int, offset: int) -> tuple[Sequence[AliasMove], int]:
+        """One page of an alias's moves, newest first, and the total count."""
+        total = self.session.scalar(select(func.count()).select_from(AliasMove).where(
+            AliasMove.alias_id == alias_id))
+        page = self.session.scalars(select(AliasMove).where(AliasMove.alias_id == alias_id)
+                                    .order_by(AliasMove.id.desc()).limit(limit).offset(offset)).all()
+        return page, total or 0

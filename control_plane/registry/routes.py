@@ -1,0 +1,141 @@
+"""REST endpoints of the registry: translate between JSON and service calls, nothing more."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Request, Response, status
+from fastapi.responses import JSONResponse
+
+from control_plane.auth.dependencies import Reader, Writer
+from control_plane.dependencies import AppSettings, DbSession
+from control_plane.error_handlers import error_responses
+from control_plane.idempotency.http import IdempotencyKeyHeader, respond_once
+from control_plane.labels import IfMatch, LabelFilter, parse_label_filter
+from control_plane.pagination import Limit, Offset, Page
+from control_plane.registry import aliases, service
+from control_plane.registry.orm import Model, ModelAlias, ModelVersion
+from control_plane.registry.schemas import (MODEL_NAME_PATTERN, AliasMoveOut, AliasMoveRequest,
+                                            AliasOut, ModelCreate, ModelOut, ModelUpdate,
+                                            VersionCreate, VersionOut, VersionUpdate)
+
+router = APIRouter(prefix="/models", tags=["registry"],
+                   responses=error_responses(401, 403, 422, 503))
+
+# Version numbers are stored as 32-bit integers (PostgreSQL INTEGER).
+VersionNumber = Annotated[int, Path(ge=1, le=2**31 - 1)]
+
+
+def _model(response: Response, model: Model) -> ModelOut:
+    response.headers["ETag"] = service.model_etag(model)
+    return ModelOut.of(model)
+
+
+def _version(response: Response, version: ModelVersion) -> VersionOut:
+    response.headers["ETag"] = service.version_etag(version)
+    return VersionOut.of(version)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=ModelOut,
+             responses=error_responses(409))
+def create_model(body: ModelCreate, request: Request, session: DbSession, actor: Writer,
+                 idempotency_key: IdempotencyKeyHeader = None) -> JSONResponse:
+    def perform() -> tuple[ModelOut, dict[str, str]]:
+        model = service.create_model(session, actor, body)
+        return ModelOut.of(model), {"ETag": service.model_etag(model)}
+
+    return respond_once(request, session, actor, idempotency_key, body, 201, perform)
+
+
+@router.get("")
+def list_models(session: DbSession, _: Reader, label: LabelFilter = [],  # noqa: B006
+                limit: Limit = 50, offset: Offset = 0) -> Page[ModelOut]:
+    models, total = service.list_models(session, parse_label_filter(label), limit, offset)
+    return Page(items=[ModelOut.of(m) for m in models], total=total, limit=limit, offset=offset)
+
+
+@router.get("/{name}", responses=error_responses(404))
+def get_model(name: str, response: Response, session: DbSession, _: Reader) -> ModelOut:
+    return _model(response, service.get_model(session, name))
+
+
+@router.patch("/{name}", responses=error_responses(404, 412))
+def update_model(name: str, body: ModelUpdate, response: Response, session: DbSession,
+                 actor: Writer, if_match: IfMatch = None) -> ModelOut:
+    return _model(response, service.update_model(session, actor, name, body, if_match))
+
+
+@router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT,
+               responses=error_responses(404, 409, 412))
+def delete_model(name: str, session: DbSession, actor: Writer, if_match: IfMatch = None
+                 ) -> Response:
+    service.delete_model(session, actor, name, if_match)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post("/{name}/versions", status_code=status.HTTP_201_CREATED, response_model=VersionOut,
+             responses=error_responses(404))
+def register_version(name: str, body: VersionCreate, request: Request, session: DbSession,
+                     actor: Writer, settings: AppSettings,
+                     idempotency_key: IdempotencyKeyHeader = None) -> JSONResponse:
+    def perform() -> tuple[VersionOut, dict[str, str]]:
+        version = service.register_version(session, actor, name, body, settings.source_roots)
+        return VersionOut.of(version), {"ETag": service.version_etag(version)}
+
+    return respond_once(request, session, actor, idempotency_key, body, 201, perform)
+
+
+@router.get("/{name}/versions", responses=error_responses(404))
+def list_versions(name: str, session: DbSession, _: Reader, limit: Limit = 50,
+                  offset: Offset = 0) -> Page[VersionOut]:
+    versions, total = service.list_versions(session, name, limit, offset)
+    return Page(items=[VersionOut.of(v) for v in versions], total=total, limit=limit,
+                offset=offset)
+
+
+@router.get("/{name}/versions/{number}", responses=error_responses(404))
+def get_version(name: str, number: VersionNumber, response: Response, session: DbSession,
+                _: Reader) -> VersionOut:
+    return _version(response, service.get_version(session, name, number))
+
+
+@router.patch("/{name}/versions/{number}", responses=error_responses(404, 409, 412))
+def update_version(name: str, number: VersionNumber, body: VersionUpdate, response: Response,
+                   session: DbSession, actor: Writer, if_match: IfMatch = None) -> VersionOut:
+    return _version(response, service.update_version(session, actor, name, number, body,
+                                                     if_match))
+
+
+AliasName = Annotated[str, Path(pattern=MODEL_NAME_PATTERN)]
+
+
+def _alias(response: Response, model: str, alias: ModelAlias) -> AliasOut:
+    response.headers["ETag"] = aliases.alias_etag(alias)
+    return AliasOut.of(model, alias)
+
+
+@router.put("/{name}/aliases/{alias}", responses=error_responses(404, 409, 412))
+def move_alias(name: str, alias: AliasName, body: AliasMoveRequest, response: Response,
+               session: DbSession, actor: Writer, if_match: IfMatch = None) -> AliasOut:
+    """Point an alias at a version (creating it on first use); every move is kept in history."""
+    moved = aliases.move_alias(session, actor, name, alias, body.version, if_match)
+    return _alias(response, name, moved)
+
+
+@router.get("/{name}/aliases", responses=error_responses(404))
+def list_aliases(name: str, session: DbSession, _: Reader) -> list[AliasOut]:
+    return [AliasOut.of(name, a) for a in aliases.list_aliases(session, name)]
+
+
+@router.get("/{name}/aliases/{alias}", responses=error_responses(404))
+def get_alias(name: str, alias: AliasName, response: Response, session: DbSession, _: Reader
+              ) -> AliasOut:
+    return _alias(response, name, aliases.get_alias(session, name, alias))
+
+
+@router.get("/{name}/aliases/{alias}/history", responses=error_responses(404))
+def alias_history(name: str, alias: AliasName, session: DbSession, _: Reader,
+                  limit: Limit = 50, offset: Offset = 0) -> Page[AliasMoveOut]:
+    moves, total = aliases.alias_history(session, name, alias, limit, offset)
+    return Page(items=[AliasMoveOut.of(m) for m in moves], total=total, limit=limit,
+                offset=offset)

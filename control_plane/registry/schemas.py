@@ -1,0 +1,112 @@
+"""The registry's JSON shapes: what a client sends and what it gets back."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from control_plane.registry.orm import AliasMove, Model, ModelAlias, ModelVersion, VersionState
+
+# The name becomes a Triton model name and a directory name, so nothing that could reach a path.
+MODEL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+ModelName = Annotated[str, StringConstraints(pattern=MODEL_NAME_PATTERN)]
+# Label keys are also JSON paths in the label filter; a small alphabet keeps that path literal.
+LabelKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")]
+LabelValue = Annotated[str, StringConstraints(max_length=256)]
+Labels = Annotated[dict[LabelKey, LabelValue], Field(max_length=64)]
+
+class _Input(BaseModel):
+    # An unknown field is refused rather than ignored: a typo must not silently do nothing.
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelCreate(_Input):
+    name: ModelName
+    description: Annotated[str, StringConstraints(max_length=4096)] = ""
+    labels: Labels = Field(default_factory=dict)
+
+
+class ModelUpdate(_Input):
+    description: Annotated[str, StringConstraints(max_length=4096)] | None = None
+    labels: Labels | None = None
+
+
+class ModelOut(BaseModel):
+    name: str
+    description: str
+    labels: dict[str, str]
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, model: Model) -> ModelOut:
+        return cls(name=model.name, description=model.description, labels=model.labels,
+                   created_at=model.created_at, updated_at=model.updated_at)
+
+
+class VersionCreate(_Input):
+    source: Annotated[str, StringConstraints(min_length=1, max_length=1024)] = Field(
+        description="absolute path under a configured source root, hf://<org>/<repo>[@rev] "
+                    "or s3://<bucket>/<key>")
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict, description="vLLM AsyncEngineArgs fields, e.g. max_model_len")
+    labels: Labels = Field(default_factory=dict)
+
+
+class VersionUpdate(_Input):
+    """The only mutable parts of a version: its lifecycle state and its labels."""
+
+    state: VersionState | None = None
+    labels: Labels | None = None
+
+
+class VersionOut(BaseModel):
+    model: str
+    number: int
+    source: str
+    engine_args: dict[str, Any]
+    checksum: str | None
+    state: VersionState
+    labels: dict[str, str]
+    created_by: str
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, version: ModelVersion) -> VersionOut:
+        return cls(model=version.model.name, number=version.number, source=version.source,
+                   engine_args=version.engine_args, checksum=version.checksum,
+                   state=VersionState(version.state), labels=version.labels,
+                   created_by=version.created_by, created_at=version.created_at,
+                   updated_at=version.updated_at)
+
+
+class AliasMoveRequest(_Input):
+    version: Annotated[int, Field(ge=1, le=2**31 - 1, description="the version number to point at")]
+
+
+class AliasOut(BaseModel):
+    model: str
+    name: str
+    version: int
+    updated_by: str
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, model: str, alias: ModelAlias) -> AliasOut:
+        return cls(model=model, name=alias.name, version=alias.version.number,
+                   updated_by=alias.updated_by, updated_at=alias.updated_at)
+
+
+class AliasMoveOut(BaseModel):
+    from_version: int | None
+    to_version: int
+    moved_by: str
+    moved_at: datetime
+
+    @classmethod
+    def of(cls, move: AliasMove) -> AliasMoveOut:
+        return cls(from_version=move.from_number, to_version=move.to_number,
+                   moved_by=move.moved_by, moved_at=move.moved_at)

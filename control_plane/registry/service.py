@@ -1,0 +1,163 @@
+"""Registry use cases. Each takes the caller's session and flushes; the caller commits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from control_plane.auth import audit
+from control_plane.auth.scopes import Actor
+from control_plane.concurrency import check_if_match, etag
+from control_plane.db import utcnow
+from control_plane.errors import (InvalidStateTransition, ModelAlreadyExists, ModelInUse,
+                                  ModelNotFound, PreconditionFailed, VersionNotFound)
+from control_plane.registry.engine_args import check_engine_args
+from control_plane.registry.orm import Model, ModelVersion, VersionState
+from control_plane.registry.repository import ModelRepository, VersionRepository
+from control_plane.registry.schemas import (ModelCreate, ModelOut, ModelUpdate, VersionCreate,
+                                            VersionOut, VersionUpdate)
+from control_plane.registry.sources import check_source
+
+# The lifecycle only moves forward; archived is final.
+TRANSITIONS: Mapping[VersionState, frozenset[VersionState]] = {
+    VersionState.REGISTERED: frozenset({VersionState.VALIDATED, VersionState.ARCHIVED}),
+    VersionState.VALIDATED: frozenset({VersionState.ARCHIVED}),
+    VersionState.ARCHIVED: frozenset(),
+}
+
+
+def _snapshot_model(model: Model) -> dict[str, Any]:
+    return ModelOut.of(model).model_dump(mode="json")
+
+
+def _snapshot_version(version: ModelVersion) -> dict[str, Any]:
+    return VersionOut.of(version).model_dump(mode="json")
+
+
+def create_model(session: Session, actor: Actor, data: ModelCreate) -> Model:
+    repository = ModelRepository(session)
+    if repository.get_by_name(data.name) is not None:
+        raise ModelAlreadyExists(data.name)
+    model = Model(name=data.name, description=data.description, labels=data.labels)
+    try:
+        repository.add(model)
+    except IntegrityError as exc:  # a concurrent create of the same name won the race
+        raise ModelAlreadyExists(data.name) from exc
+    audit.record(session, actor, "model.create", "model", model.name, after=_snapshot_model(model))
+    return model
+
+
+def get_model(session: Session, name: str, *, for_update: bool = False) -> Model:
+    model = ModelRepository(session).get_by_name(name, for_update=for_update)
+    if model is None:
+        raise ModelNotFound(name)
+    return model
+
+
+def list_models(session: Session, labels: Mapping[str, str], limit: int, offset: int
+                ) -> tuple[Sequence[Model], int]:
+    return ModelRepository(session).list(labels, limit, offset)
+
+
+def model_etag(model: Model) -> str:
+    return etag(model.id, model.revision)
+
+
+def version_etag(version: ModelVersion) -> str:
+    return etag(version.id, version.revision)
+
+
+def update_model(session: Session, actor: Actor, name: str, data: ModelUpdate,
+                 if_match: str | None = None) -> Model:
+    model = get_model(session, name, for_update=True)
+    check_if_match(model_etag(model), if_match, f"model '{name}'")
+    before = _snapshot_model(model)
+    if data.description is not None:
+        model.description = data.description
+    if data.labels is not None:
+        model.labels = data.labels
+    model.updated_at = utcnow()
+    ModelRepository(session).save(model)
+    audit.record(session, actor, "model.update", "model", name, before=before,
+                 after=_snapshot_model(model))
+    return model
+
+
+def delete_model(session: Session, actor: Actor, name: str, if_match: str | None = None
+                 ) -> None:
+    """Delete a model and its versions; refused while any version is not archived."""
+    repository = ModelRepository(session)
+    model = get_model(session, name, for_update=True)
+    check_if_match(model_etag(model), if_match, f"model '{name}'")
+    active = repository.count_unarchived_versions(model.id)
+    if active:
+        raise ModelInUse(f"model '{name}' has {active} version(s) that are not archived; "
+                         "archive them (PATCH .../versions/{number} with state 'archived') first")
+    before = _snapshot_model(model)
+    repository.delete(model)
+    audit.record(session, actor, "model.delete", "model", name, before=before)
+
+
+def register_version(session: Session, actor: Actor, model_name: str, data: VersionCreate,
+                     source_roots: Sequence[Path], engine_arg_names: Iterable[str] | None = None
+                     ) -> ModelVersion:
+    """Validate and store a new version with the model's next number."""
+    check_engine_args(data.engine_args, engine_arg_names)
+    source = check_source(data.source, source_roots)
+    model = get_model(session, model_name, for_update=True)
+    versions = VersionRepository(session)
+    version = ModelVersion(model=model, number=versions.next_number(model.id), source=source.uri,
+                           engine_args=data.engine_args, checksum=source.checksum,
+                           labels=data.labels, created_by=actor.name)
+    versions.add(version)
+    audit.record(session, actor, "version.register", "version", _version_target(version),
+                 after=_snapshot_version(version))
+    return version
+
+
+def get_version(session: Session, model_name: str, number: int) -> ModelVersion:
+    model = get_model(session, model_name)
+    version = VersionRepository(session).get(model.id, number)
+    if version is None:
+        raise VersionNotFound(model_name, number)
+    return version
+
+
+def list_versions(session: Session, model_name: str, limit: int, offset: int
+                  ) -> tuple[Sequence[ModelVersion], int]:
+    model = get_model(session, model_name)
+    return VersionRepository(session).list(model.id, limit, offset)
+
+
+def update_version(session: Session, actor: Actor, model_name: str, number: int,
+                   data: VersionUpdate, if_match: str | None = None) -> ModelVersion:
+    """Change a version's state (forward only) and/or labels; everything else is immutable."""
+    version = get_version(session, model_name, number)
+    check_if_match(version_etag(version), if_match, f"version {number} of '{model_name}'")
+    before = _snapshot_version(version)
+    current = VersionState(version.state)
+    if data.state is not None and data.state != current:
+        if data.state not in TRANSITIONS[current]:
+            allowed = ", ".join(sorted(TRANSITIONS[current])) or "none (archived is final)"
+            raise InvalidStateTransition(
+                f"version {number} of '{model_name}' is {current}; it cannot become "
+                f"{data.state} (allowed: {allowed})")
+        if not VersionRepository(session).change_state(version, current, data.state, utcnow()):
+            raise PreconditionFailed(
+                f"version {number} of '{model_name}' was changed by another request meanwhile; "
+                "GET it again and retry")
+    if data.labels is not None:
+        version.labels = data.labels
+        version.updated_at = utcnow()
+        VersionRepository(session).save(version)
+    audit.record(session, actor, "version.update", "version", _version_target(version),
+                 before=before, after=_snapshot_version(version))
+    return version
+
+
+def _version_target(version: ModelVersion) -> str:
+    return f"{version.model.name}/{version.number}"

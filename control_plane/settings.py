@@ -1,0 +1,29 @@
+"""The control plane's settings: one class, from ``LLMCP_*`` environment variables and ``.env``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from control_plane.triton.runtime import CACHE_DIR
+
+DEFAULT_DATABASE_PATH = CACHE_DIR / "control_plane.db"
+
+
+class Settings(BaseSettings):
+    """Everything the control plane reads from its environment."""
+
+    model_config = SettingsConfigDict(env_prefix="LLMCP_", env_file=".env", extra="ignore")
+
+    database_url: str = Field(
+        default=f"sqlite:///{DEFAULT_DATABASE_PATH}",
+        description="SQLAlchemy URL; PostgreSQL as postgresql+psycopg://user@host/db",
+    )
+    source_roots: list[Path] = Field(
+        default_factory=lambda: [CACHE_DIR / "models"],
+        description="directories a version's local source must lie under (JSON list in the env)",
+    )
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)

@@ -1,0 +1,80 @@
+"""ETags and If-Match, and real parallel requests against a running server, on both databases."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.control_plane.conftest import parallel
+
+MODEL = "/api/v1/models/m"
+PARALLEL = 8
+
+
+@pytest.fixture
+def model(client: TestClient, writer: dict[str, str]) -> str:
+    response = client.post("/api/v1/models", headers=writer, json={"name": "m"})
+    assert response.status_code == 201
+    return response.headers["ETag"]
+
+
+def test_etag_changes_with_every_write_and_a_stale_one_gets_412(
+        client: TestClient, writer: dict[str, str], admin: dict[str, str], model: str) -> None:
+    assert client.get(MODEL, headers=writer).headers["ETag"] == model
+    first = client.patch(MODEL, headers={**writer, "If-Match": model}, json={"description": "a"})
+    assert first.status_code == 200
+    fresh = first.headers["ETag"]
+    assert fresh != model
+
+    stale = client.patch(MODEL, headers={**writer, "If-Match": model}, json={"description": "b"})
+    assert stale.status_code == 412
+    assert stale.json()["error"] == "PreconditionFailed"
+    assert f"its ETag is now {fresh}" in stale.json()["detail"]
+    assert client.get(MODEL, headers=writer).json()["description"] == "a"
+    assert client.delete(MODEL, headers={**writer, "If-Match": model}).status_code == 412
+
+    assert client.patch(MODEL, headers={**writer, "If-Match": "*"},
+                        json={"description": "c"}).status_code == 200
+    assert client.patch(MODEL, headers=writer, json={"description": "d"}).status_code == 200
+    current = client.get(MODEL, headers=writer).headers["ETag"]
+    assert client.delete(MODEL, headers={**writer, "If-Match": f'"0.0", {current}'}
+                         ).status_code == 204
+    updates = client.get("/api/v1/audit", headers=admin,
+                         params={"action": "model.update"}).json()["total"]
+    assert updates == 3
+
+
+def test_version_etag_guards_state_changes(client: TestClient, writer: dict[str, str],
+                                           model: str) -> None:
+    created = client.post(f"{MODEL}/versions", headers=writer, json={"source": "hf://org/m"})
+    tag = created.headers["ETag"]
+    validated = client.patch(f"{MODEL}/versions/1", headers={**writer, "If-Match": tag},
+                             json={"state": "validated"})
+    assert validated.status_code == 200
+    stale = client.patch(f"{MODEL}/versions/1", headers={**writer, "If-Match": tag},
+                         json={"state": "archived"})
+    assert stale.status_code == 412
+    assert client.get(f"{MODEL}/versions/1", headers=writer).json()["state"] == "validated"
+
+
+def test_parallel_writes_with_the_same_etag_have_exactly_one_winner(
+        live_url: str, writer: dict[str, str], admin: dict[str, str], model: str) -> None:
+    headers = {**writer, "If-Match": model}
+    responses = parallel([("PATCH", f"{live_url}{MODEL}", headers, {"description": f"w{i}"})
+                           for i in range(PARALLEL)])
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses == [200] + [412] * (PARALLEL - 1)
+    winner = next(r for r in responses if r.status_code == 200).json()["description"]
+    with httpx.Client(base_url=live_url) as http:
+        assert http.get(MODEL, headers=writer).json()["description"] == winner
+        events = http.get("/api/v1/audit", headers=admin, params={"action": "model.update"})
+    assert events.json()["total"] == 1
+
+
+def test_parallel_registrations_get_distinct_consecutive_numbers(
+        live_url: str, writer: dict[str, str], model: str) -> None:
+    responses = parallel([("POST", f"{live_url}{MODEL}/versions", writer,
+                            {"source": "hf://org/m"}) for _ in range(PARALLEL)])
+    assert [r.status_code for r in responses] == [201] * PARALLEL
+    assert sorted(r.json()["number"] for r in responses) == list(range(1, PARALLEL + 1))

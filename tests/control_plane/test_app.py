@@ -1,0 +1,56 @@
+"""The app as a whole: health endpoints, the one error shape, a database that is down."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from control_plane.app import create_app
+from control_plane.settings import Settings
+
+
+def test_health_and_readiness_need_no_token(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").json() == {"status": "ready"}
+
+
+def test_every_response_carries_a_request_id_and_keeps_the_callers(client: TestClient) -> None:
+    assert len(client.get("/healthz").headers["X-Request-ID"]) == 32
+    assert client.get("/healthz", headers={"X-Request-ID": "ci-42"}).headers["X-Request-ID"] == \
+        "ci-42"
+
+
+def test_unknown_route_uses_the_error_shape(client: TestClient) -> None:
+    response = client.get("/api/v1/nothing-here")
+    assert response.status_code == 404
+    assert response.json() == {"error": "HTTPError", "detail": "Not Found"}
+
+
+def test_openapi_documents_the_error_shape(client: TestClient) -> None:
+    schema = client.get("/openapi.json").json()
+    create = schema["paths"]["/api/v1/models"]["post"]["responses"]
+    for code in ("401", "403", "409", "422", "503"):
+        assert create[code]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/ErrorBody"}
+    assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql+psycopg://postgres@127.0.0.1:1/llmcp",
+    "sqlite:///{missing}/control_plane.db",
+], ids=["postgresql-refused", "sqlite-missing-directory"])
+def test_database_down_gives_503_with_a_clear_message(url: str, tmp_path: Path) -> None:
+    settings = Settings(database_url=url.format(missing=tmp_path / "missing"),
+                        _env_file=None)  # type: ignore[call-arg]
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/healthz").status_code == 200
+        ready = client.get("/readyz")
+        listed = client.get("/api/v1/models", headers={"Authorization": "Bearer llmcp_x"})
+    for response in (ready, listed):
+        assert response.status_code == 503
+        body = response.json()
+        assert body["error"] == "DatabaseUnavailable"
+        assert body["detail"].startswith("the database is unavailable (")
+        assert "nothing was changed" in body["detail"]

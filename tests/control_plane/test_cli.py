@@ -1,0 +1,51 @@
+"""The llm-control-plane command: migrate and bootstrap the first admin token."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import inspect
+from typer.testing import CliRunner
+
+from control_plane.cli import app as cli
+from control_plane.db import make_engine
+from tests.control_plane.conftest import fresh_database
+
+
+def test_migrate_creates_the_schema(backend: str, tmp_path: Path) -> None:
+    with fresh_database(backend, tmp_path / "nested" / "dir") as url:
+        result = CliRunner().invoke(cli, ["migrate"], env={"LLMCP_DATABASE_URL": url})
+        assert result.exit_code == 0, result.output
+        engine = make_engine(url)
+        try:
+            assert "models" in inspect(engine).get_table_names()
+        finally:
+            engine.dispose()
+
+
+def test_tokens_create_prints_a_working_secret_once(
+        client: TestClient, database_url: str) -> None:
+    runner = CliRunner()
+    env = {"LLMCP_DATABASE_URL": database_url}
+    result = runner.invoke(cli, ["tokens", "create", "--name", "ops", "--scope", "admin"], env=env)
+    assert result.exit_code == 0, result.output
+    secret = result.stdout.strip()
+    assert secret.startswith("llmcp_")
+    assert "not shown again" in result.stderr
+
+    headers = {"Authorization": f"Bearer {secret}"}
+    assert client.get("/api/v1/audit", headers=headers).status_code == 200
+    events = client.get("/api/v1/audit", headers=headers, params={"actor": "cli"}).json()["items"]
+    assert [(e["action"], e["target"]) for e in events] == [("token.create", "ops")]
+
+    again = runner.invoke(cli, ["tokens", "create", "--name", "ops", "--scope", "read"], env=env)
+    assert again.exit_code == 1
+    assert "already exists" in again.stderr
+
+
+@pytest.mark.parametrize("scope", ["root", ""])
+def test_unknown_scope_is_refused(scope: str) -> None:
+    result = CliRunner().invoke(cli, ["tokens", "create", "--name", "x", "--scope", scope])
+    assert result.exit_code == 2

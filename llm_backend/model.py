@@ -75,6 +75,8 @@ class TritonPythonModel:
         self._engine = EngineHost(self._settings.engine_args, self._metrics, self._on_engine_dead)
         self._engine.start()
         self._scheduler = self._build_scheduler()
+        self._published_gauges: tuple[dict[int, int], dict[int, int]] | None = None
+        self._gauge_lock = threading.Lock()
         self._admission = Admission(self._engine.max_model_len)
         self._ticker = threading.Thread(target=self._tick, name="queue-ticker", daemon=True)
         self._ticker.start()
@@ -174,8 +176,13 @@ class TritonPythonModel:
             self._publish_request_gauges()
 
     def _publish_request_gauges(self) -> None:
-        running, waiting = self._scheduler.snapshot()
-        self._metrics.set_requests(running, waiting)
+        # Each gauge update is a message to the Triton process; an idle model sends none.
+        with self._gauge_lock:
+            snapshot = self._scheduler.snapshot()
+            if snapshot == self._published_gauges:
+                return
+            self._published_gauges = snapshot
+            self._metrics.set_requests(*snapshot)
 
     def _send_noop(self, sent_at_ns: int) -> None:
         noop = pb_utils.InferenceRequest(

@@ -24,9 +24,6 @@ class SequenceProgress:
 
     tokens: dict[int, int] = field(default_factory=dict)
 
-    def total(self) -> int:
-        return sum(self.tokens.values())
-
 
 class ResponseSink(Protocol):
     """Where a request's responses go (Triton's response sender in production)."""

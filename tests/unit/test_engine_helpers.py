@@ -85,7 +85,7 @@ def test_count_new_tokens_delta():
     assert EngineHost._count_new_tokens(output(seq(0, [])), progress, True) == 0
     assert EngineHost._count_new_tokens(output(seq(0, [8, 9, 10])), progress, True) == 3
     assert progress.tokens == {0: 6}
-    assert progress.total() == 6
+    assert sum(progress.tokens.values()) == 6
 
 
 def test_count_new_tokens_cumulative():
@@ -116,7 +116,7 @@ def test_count_new_tokens_several_sequences_delta():
     third = output(seq(1, [6]), seq(0, [7]))
     assert EngineHost._count_new_tokens(third, progress, True) == 2
     assert progress.tokens == {0: 3, 1: 4}
-    assert progress.total() == 7
+    assert sum(progress.tokens.values()) == 7
 
 
 def test_count_new_tokens_several_sequences_cumulative():
@@ -127,7 +127,7 @@ def test_count_new_tokens_several_sequences_cumulative():
 
 
 def test_sequence_progress_default_empty():
-    assert SequenceProgress().total() == 0
+    assert sum(SequenceProgress().tokens.values()) == 0
 
 
 # -- _chunk --------------------------------------------------------------------------------------

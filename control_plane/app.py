@@ -13,6 +13,9 @@ from control_plane.auth.routes import router as auth_router
 from control_plane.db import make_engine, make_session_factory
 from control_plane.error_handlers import error_responses, install_error_handlers
 from control_plane.nodes.routes import router as nodes_router
+from control_plane.operations.routes import router as operations_router
+from control_plane.operations.runner import OperationRunner
+from control_plane.registry import validation
 from control_plane.registry.routes import router as registry_router
 from control_plane.settings import Settings
 
@@ -25,15 +28,22 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     owns_engine = engine is None
     engine = engine or make_engine(settings.database_url)
 
+    session_factory = make_session_factory(engine)
+    runner = OperationRunner(session_factory)
+    runner.register(validation.KIND, validation.make_work(settings.source_roots))
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        runner.start()
         yield
+        runner.shutdown()
         if owns_engine:
             engine.dispose()
 
     app = FastAPI(title="LLM control plane", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
-    app.state.session_factory = make_session_factory(engine)
+    app.state.session_factory = session_factory
+    app.state.operation_runner = runner
     install_error_handlers(app)
 
     @app.middleware("http")
@@ -60,5 +70,6 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
 
     app.include_router(registry_router, prefix="/api/v1")
     app.include_router(nodes_router, prefix="/api/v1")
+    app.include_router(operations_router, prefix="/api/v1")
     app.include_router(auth_router, prefix="/api/v1")
     return app

@@ -3,12 +3,15 @@
 ControlPlaneError (500)
 ├── InvalidRequest (422)
 │   ├── InvalidSource
-│   └── UnknownEngineArgument
+│   ├── UnknownEngineArgument
+│   ├── InvalidTritonConfig
+│   └── ValidationFailed
 ├── NotFound (404)
 │   ├── ModelNotFound
 │   ├── VersionNotFound
 │   ├── AliasNotFound
-│   └── NodeNotFound
+│   ├── NodeNotFound
+│   └── OperationNotFound
 ├── Conflict (409)
 │   ├── ModelAlreadyExists
 │   ├── NodeAlreadyExists
@@ -47,6 +50,14 @@ class UnknownEngineArgument(InvalidRequest):
     pass
 
 
+class InvalidTritonConfig(InvalidRequest):
+    pass
+
+
+class ValidationFailed(InvalidRequest):
+    pass
+
+
 class NotFound(ControlPlaneError):
     status_code = 404
 
@@ -69,6 +80,11 @@ class AliasNotFound(NotFound):
 class NodeNotFound(NotFound):
     def __init__(self, name: str) -> None:
         super().__init__(f"node '{name}' is not registered")
+
+
+class OperationNotFound(NotFound):
+    def __init__(self, operation_id: str) -> None:
+        super().__init__(f"operation '{operation_id}' does not exist")
 
 
 class Conflict(ControlPlaneError):

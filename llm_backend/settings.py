@@ -104,7 +104,16 @@ def _queue_policies(model_config: dict[str, Any], levels: int) -> dict[int, Queu
 
 def load_settings(model_config: dict[str, Any], version_dir: Path) -> BackendSettings:
     """Build settings from Triton's model config (JSON form) and the version directory."""
-    engine_args = load_engine_args(version_dir / "model.json")
+    return settings_from(model_config, load_engine_args(version_dir / "model.json"))
+
+
+def settings_from(model_config: dict[str, Any], engine_args: dict[str, Any]) -> BackendSettings:
+    """Check and build settings from a model config (JSON form) and expanded engine arguments.
+
+    The control plane runs this same check when a version is registered, so a config the backend
+    would refuse at load is refused before it is ever deployed.
+    """
+    engine_args = dict(engine_args)
     passthrough = _flag(model_config, "priority_passthrough", True)
     if passthrough:
         policy = engine_args.setdefault("scheduling_policy", "priority")

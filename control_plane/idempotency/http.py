@@ -20,7 +20,7 @@ IdempotencyKeyHeader = Annotated[str | None, Header(
 
 
 def respond_once(request: Request, session: Session, actor: Actor, key: str | None,
-                 body: BaseModel, status_code: int,
+                 body: BaseModel | None, status_code: int,
                  perform: Callable[[], tuple[BaseModel, dict[str, str]]]) -> JSONResponse:
     """Run ``perform`` (returning the response model and headers) at most once per key."""
 
@@ -33,7 +33,7 @@ def respond_once(request: Request, session: Session, actor: Actor, key: str | No
         result = run()
     else:
         request_fingerprint = fingerprint(request.method, request.url.path,
-                                          body.model_dump(mode="json"))
+                                          {} if body is None else body.model_dump(mode="json"))
         result = run_once(session, actor, key, request_fingerprint, run)
     headers = dict(result.headers)
     if result.replayed:

@@ -71,3 +71,15 @@ def alias_history(session: Session, model_name: str, alias_name: str, limit: int
                   ) -> tuple[Sequence[AliasMove], int]:
     alias = get_alias(session, model_name, alias_name)
     return AliasRepository(session).history(alias.id, limit, offset)
+
+
+def delete_alias(session: Session, actor: Actor, model_name: str, alias_name: str,
+                 if_match: str | None = None) -> None:
+    """Remove an alias (clients stop reaching a version through it); the audit log keeps it."""
+    get_model(session, model_name, for_update=True)  # takes turns with moves, as move_alias does
+    alias = get_alias(session, model_name, alias_name)
+    target = f"{model_name}/{alias_name}"
+    check_if_match(alias_etag(alias), if_match, f"alias '{target}'")
+    version = alias.version.number
+    AliasRepository(session).delete(alias)
+    audit.record(session, actor, "alias.delete", "alias", target, before={"version": version})

@@ -45,6 +45,11 @@ class ModelVersion(Base):
     number: Mapped[int] = mapped_column(Integer)
     source: Mapped[str] = mapped_column(String(1024))
     engine_args: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # ServingSettings with every default written out, so a later change of defaults in code never
+    # changes what an already registered version serves with.
+    serving: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # Triton ModelConfig fields (JSON form) layered over the built config.
+    triton_config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     # sha256 over a local source's files; remote sources are checked when they are fetched.
     checksum: Mapped[str | None] = mapped_column(String(64))
     # A plain string column rather than a database enum: adding a state later is then a code

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from datetime import datetime
 
 from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, joinedload
 from sqlalchemy.orm.exc import StaleDataError
 
 from control_plane.errors import PreconditionFailed
@@ -58,11 +58,11 @@ class ModelRepository:
         with _lost_race(f"model '{model.name}'"):
             self.session.flush()
 
-    def count_unarchived_versions(self, model_id: int) -> int:
-        return self.session.scalar(
-            select(func.count()).select_from(ModelVersion).where(
-                ModelVersion.model_id == model_id,
-                ModelVersion.state != VersionState.ARCHIVED.value)) or 0
+
+# A version's response names its model. The caller's Model has usually been released from the
+# session's (weak) identity map by the time the response is built, so a lazy load would cost one
+# more round trip per request; joined, it comes with the versions.
+_WITH_MODEL = joinedload(ModelVersion.model, innerjoin=True)
 
 
 class VersionRepository:
@@ -75,7 +75,7 @@ class VersionRepository:
         return (highest or 0) + 1
 
     def get(self, model_id: int, number: int) -> ModelVersion | None:
-        return self.session.scalars(select(ModelVersion).where(
+        return self.session.scalars(select(ModelVersion).options(_WITH_MODEL).where(
             ModelVersion.model_id == model_id, ModelVersion.number == number)).one_or_none()
 
     def list(self, model_id: int, limit: int, offset: int
@@ -84,7 +84,7 @@ class VersionRepository:
         total = self.session.scalar(select(func.count()).select_from(ModelVersion).where(
             ModelVersion.model_id == model_id))
         page = self.session.scalars(
-            select(ModelVersion).where(ModelVersion.model_id == model_id)
+            select(ModelVersion).options(_WITH_MODEL).where(ModelVersion.model_id == model_id)
             .order_by(ModelVersion.number.desc()).limit(limit).offset(offset)).all()
         return page, total or 0
 
@@ -122,6 +122,16 @@ class AliasRepository:
     def list(self, model_id: int) -> Sequence[ModelAlias]:
         return self.session.scalars(select(ModelAlias).where(ModelAlias.model_id == model_id)
                                     .order_by(ModelAlias.name)).all()
+
+    def pointing_at(self, version_id: int) -> Sequence[ModelAlias]:
+        return self.session.scalars(select(ModelAlias).where(ModelAlias.version_id == version_id)
+                                    .order_by(ModelAlias.name)).all()
+
+    def delete(self, alias: ModelAlias) -> None:
+        """Remove the alias; its history goes with it (the audit log keeps the deletion)."""
+        self.session.delete(alias)
+        with _lost_race(f"alias '{alias.name}'"):
+            self.session.flush()
 
     def save(self, alias: ModelAlias, move: AliasMove) -> None:
         """Store the alias as it now points and the move that got it there."""

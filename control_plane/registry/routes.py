@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Request, Response, status
+from fastapi import APIRouter, BackgroundTasks, Path, Request, Response, status
 from fastapi.responses import JSONResponse
 
 from control_plane.auth.dependencies import Reader, Writer
@@ -12,12 +12,26 @@ from control_plane.dependencies import AppSettings, DbSession
 from control_plane.error_handlers import error_responses
 from control_plane.idempotency.http import IdempotencyKeyHeader, respond_once
 from control_plane.labels import IfMatch, LabelFilter, parse_label_filter
+from control_plane.operations.dependencies import Runner
+from control_plane.operations.dependencies import operation_id_of as _operation_id
+from control_plane.operations.schemas import OperationOut
 from control_plane.pagination import Limit, Offset, Page
-from control_plane.registry import aliases, service
+from control_plane.registry import aliases, service, validation
 from control_plane.registry.orm import Model, ModelAlias, ModelVersion
-from control_plane.registry.schemas import (MODEL_NAME_PATTERN, AliasMoveOut, AliasMoveRequest,
-                                            AliasOut, ModelCreate, ModelOut, ModelUpdate,
-                                            VersionCreate, VersionOut, VersionUpdate)
+from control_plane.registry.schemas import (
+    MODEL_NAME_PATTERN,
+    AliasMoveOut,
+    AliasMoveRequest,
+    AliasOut,
+    ModelCreate,
+    ModelOut,
+    ModelUpdate,
+    VersionCreate,
+    VersionOut,
+    VersionUpdate,
+)
+from control_plane.registry.serving import ServingSettings
+from control_plane.triton import config_builder
 
 router = APIRouter(prefix="/models", tags=["registry"],
                    responses=error_responses(401, 403, 422, 503))
@@ -79,7 +93,8 @@ def register_version(name: str, body: VersionCreate, request: Request, session: 
                      actor: Writer, settings: AppSettings,
                      idempotency_key: IdempotencyKeyHeader = None) -> JSONResponse:
     def perform() -> tuple[VersionOut, dict[str, str]]:
-        version = service.register_version(session, actor, name, body, settings.source_roots)
+        version = service.register_version(session, actor, name, body, settings.source_roots,
+                                           config_builder.check)
         return VersionOut.of(version), {"ETag": service.version_etag(version)}
 
     return respond_once(request, session, actor, idempotency_key, body, 201, perform)
@@ -97,6 +112,34 @@ def list_versions(name: str, session: DbSession, _: Reader, limit: Limit = 50,
 def get_version(name: str, number: VersionNumber, response: Response, session: DbSession,
                 _: Reader) -> VersionOut:
     return _version(response, service.get_version(session, name, number))
+
+
+@router.get("/{name}/versions/{number}/config", responses=error_responses(404))
+def version_config(name: str, number: VersionNumber, session: DbSession, _: Reader
+                   ) -> dict[str, Any]:
+    """The Triton model config (JSON form) this version is loaded with, under the model's name."""
+    version = service.get_version(session, name, number)
+    config = config_builder.build(name, ServingSettings.model_validate(version.serving),
+                                  version.triton_config)
+    return config_builder.to_json_dict(config)
+
+
+@router.post("/{name}/versions/{number}/validate", status_code=status.HTTP_202_ACCEPTED,
+             response_model=OperationOut, responses=error_responses(404, 409))
+def validate_version(name: str, number: VersionNumber, request: Request, session: DbSession,
+                     actor: Writer, runner: Runner, background: BackgroundTasks,
+                     idempotency_key: IdempotencyKeyHeader = None) -> JSONResponse:
+    """Start validating a registered version (source files, checksum, architecture); poll the
+    operation in the Location header. On success the version becomes validated."""
+    def perform() -> tuple[OperationOut, dict[str, str]]:
+        operation = validation.start(session, actor, name, number)
+        return OperationOut.of(operation), {"Location": f"/api/v1/operations/{operation.id}"}
+
+    response = respond_once(request, session, actor, idempotency_key, None, 202, perform)
+    # Runs after the transaction commits (the session dependency ends first), so the runner
+    # finds the operation; a replayed request submits it again, which the runner ignores.
+    background.add_task(runner.submit, _operation_id(response))
+    return response
 
 
 @router.patch("/{name}/versions/{number}", responses=error_responses(404, 409, 412))
@@ -120,6 +163,15 @@ def move_alias(name: str, alias: AliasName, body: AliasMoveRequest, response: Re
     """Point an alias at a version (creating it on first use); every move is kept in history."""
     moved = aliases.move_alias(session, actor, name, alias, body.version, if_match)
     return _alias(response, name, moved)
+
+
+@router.delete("/{name}/aliases/{alias}", status_code=status.HTTP_204_NO_CONTENT,
+               responses=error_responses(404, 412))
+def delete_alias(name: str, alias: AliasName, session: DbSession, actor: Writer,
+                 if_match: IfMatch = None) -> Response:
+    """Remove an alias; its moves stay in the audit log."""
+    aliases.delete_alias(session, actor, name, alias, if_match)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.get("/{name}/aliases", responses=error_responses(404))

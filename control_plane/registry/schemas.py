@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from control_plane.registry.orm import AliasMove, Model, ModelAlias, ModelVersion, VersionState
+from control_plane.registry.serving import ServingSettings
 
 # The name becomes a Triton model name and a directory name, so nothing that could reach a path.
 MODEL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
@@ -52,6 +53,14 @@ class VersionCreate(_Input):
                     "or s3://<bucket>/<key>")
     engine_args: dict[str, Any] = Field(
         default_factory=dict, description="vLLM AsyncEngineArgs fields, e.g. max_model_len")
+    serving: ServingSettings = Field(
+        default_factory=ServingSettings,
+        description="priority levels, queue policies and back-pressure; defaults as shipped")
+    triton_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Triton ModelConfig fields (JSON form) layered over the built config, e.g. "
+                    "{\"parameters\": {\"batcher_wakeup\": {\"string_value\": \"false\"}}}; "
+                    "the interface, instance groups and the serving settings' fields are refused")
     labels: Labels = Field(default_factory=dict)
 
 
@@ -67,6 +76,8 @@ class VersionOut(BaseModel):
     number: int
     source: str
     engine_args: dict[str, Any]
+    serving: ServingSettings
+    triton_config: dict[str, Any]
     checksum: str | None
     state: VersionState
     labels: dict[str, str]
@@ -77,7 +88,9 @@ class VersionOut(BaseModel):
     @classmethod
     def of(cls, version: ModelVersion) -> VersionOut:
         return cls(model=version.model.name, number=version.number, source=version.source,
-                   engine_args=version.engine_args, checksum=version.checksum,
+                   engine_args=version.engine_args,
+                   serving=ServingSettings.model_validate(version.serving),
+                   triton_config=version.triton_config, checksum=version.checksum,
                    state=VersionState(version.state), labels=version.labels,
                    created_by=version.created_by, created_at=version.created_at,
                    updated_at=version.updated_at)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -13,14 +13,35 @@ from control_plane.auth import audit
 from control_plane.auth.scopes import Actor
 from control_plane.concurrency import check_if_match, etag
 from control_plane.db import utcnow
-from control_plane.errors import (InvalidStateTransition, ModelAlreadyExists, ModelInUse,
-                                  ModelNotFound, PreconditionFailed, VersionNotFound)
+from control_plane.errors import (
+    InvalidStateTransition,
+    ModelAlreadyExists,
+    ModelInUse,
+    ModelNotFound,
+    PreconditionFailed,
+    VersionNotFound,
+)
 from control_plane.registry.engine_args import check_engine_args
 from control_plane.registry.orm import Model, ModelVersion, VersionState
-from control_plane.registry.repository import ModelRepository, VersionRepository
-from control_plane.registry.schemas import (ModelCreate, ModelOut, ModelUpdate, VersionCreate,
-                                            VersionOut, VersionUpdate)
+from control_plane.registry.repository import AliasRepository, ModelRepository, VersionRepository
+from control_plane.registry.schemas import (
+    ModelCreate,
+    ModelOut,
+    ModelUpdate,
+    VersionCreate,
+    VersionOut,
+    VersionUpdate,
+)
+from control_plane.registry.serving import ServingSettings
 from control_plane.registry.sources import check_source
+
+
+class VersionConfigCheck(Protocol):
+    """Builds a version's Triton config and refuses one Triton or the backend would refuse; the
+    implementation (``control_plane.triton.config_builder.check``) needs Triton's protobufs."""
+
+    def __call__(self, name: str, serving: ServingSettings, overrides: Mapping[str, Any],
+                 engine_args: Mapping[str, Any], source: str) -> dict[str, Any]: ...
 
 # The lifecycle only moves forward; archived is final.
 TRANSITIONS: Mapping[VersionState, frozenset[VersionState]] = {
@@ -89,29 +110,37 @@ def update_model(session: Session, actor: Actor, name: str, data: ModelUpdate,
 
 def delete_model(session: Session, actor: Actor, name: str, if_match: str | None = None
                  ) -> None:
-    """Delete a model and its versions; refused while any version is not archived."""
+    """Delete a model and its versions; refused while an alias points at one of them.
+
+    Aliases are what clients are served through (``production`` is the model's Triton name), so a
+    model with an alias serves, or is about to."""
     repository = ModelRepository(session)
     model = get_model(session, name, for_update=True)
     check_if_match(model_etag(model), if_match, f"model '{name}'")
-    active = repository.count_unarchived_versions(model.id)
-    if active:
-        raise ModelInUse(f"model '{name}' has {active} version(s) that are not archived; "
-                         "archive them (PATCH .../versions/{number} with state 'archived') first")
+    serving = AliasRepository(session).list(model.id)
+    if serving:
+        pointers = ", ".join(f"'{a.name}' -> {a.version.number}" for a in serving)
+        raise ModelInUse(f"model '{name}' serves through alias(es) {pointers}; delete them "
+                         f"(DELETE /api/v1/models/{name}/aliases/<alias>) first")
     before = _snapshot_model(model)
     repository.delete(model)
     audit.record(session, actor, "model.delete", "model", name, before=before)
 
 
 def register_version(session: Session, actor: Actor, model_name: str, data: VersionCreate,
-                     source_roots: Sequence[Path], engine_arg_names: Iterable[str] | None = None
-                     ) -> ModelVersion:
+                     source_roots: Sequence[Path], config_check: VersionConfigCheck,
+                     engine_arg_names: Iterable[str] | None = None) -> ModelVersion:
     """Validate and store a new version with the model's next number."""
     check_engine_args(data.engine_args, engine_arg_names)
+    # Cheap checks first: the source check may read (and checksum) every file of a local model.
+    config_check(model_name, data.serving, data.triton_config, data.engine_args, data.source)
     source = check_source(data.source, source_roots)
     model = get_model(session, model_name, for_update=True)
     versions = VersionRepository(session)
     version = ModelVersion(model=model, number=versions.next_number(model.id), source=source.uri,
-                           engine_args=data.engine_args, checksum=source.checksum,
+                           engine_args=data.engine_args,
+                           serving=data.serving.model_dump(mode="json"),
+                           triton_config=data.triton_config, checksum=source.checksum,
                            labels=data.labels, created_by=actor.name)
     versions.add(version)
     audit.record(session, actor, "version.register", "version", _version_target(version),
@@ -146,6 +175,11 @@ def update_version(session: Session, actor: Actor, model_name: str, number: int,
             raise InvalidStateTransition(
                 f"version {number} of '{model_name}' is {current}; it cannot become "
                 f"{data.state} (allowed: {allowed})")
+        pointing = [a.name for a in AliasRepository(session).pointing_at(version.id)]
+        if data.state == VersionState.ARCHIVED and pointing:
+            raise InvalidStateTransition(
+                f"version {number} of '{model_name}' is what alias(es) {pointing} point at; "
+                "move them to another version before archiving it")
         if not VersionRepository(session).change_state(version, current, data.state, utcnow()):
             raise PreconditionFailed(
                 f"version {number} of '{model_name}' was changed by another request meanwhile; "

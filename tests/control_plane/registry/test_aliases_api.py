@@ -74,6 +74,37 @@ def test_targets_must_exist_and_not_be_archived(client: TestClient, writer: dict
     assert bad_name.status_code == 422
 
 
+def test_a_version_an_alias_points_at_cannot_be_archived(
+        client: TestClient, writer: dict[str, str], versions: None) -> None:
+    client.put(PRODUCTION, headers=writer, json={"version": 2})
+    refused = client.patch(f"{MODEL}/versions/2", headers=writer, json={"state": "archived"})
+    assert refused.status_code == 409
+    assert refused.json()["detail"] == (
+        "version 2 of 'm' is what alias(es) ['production'] point at; move them to another "
+        "version before archiving it")
+    assert client.get(f"{MODEL}/versions/2", headers=writer).json()["state"] == "registered"
+    client.put(PRODUCTION, headers=writer, json={"version": 1})
+    archived = client.patch(f"{MODEL}/versions/2", headers=writer, json={"state": "archived"})
+    assert archived.json()["state"] == "archived"
+
+
+def test_delete_needs_the_current_etag_and_is_audited(
+        client: TestClient, writer: dict[str, str], admin: dict[str, str],
+        versions: None) -> None:
+    tag = client.put(PRODUCTION, headers=writer, json={"version": 1}).headers["ETag"]
+    client.put(PRODUCTION, headers=writer, json={"version": 2})
+    stale = client.delete(PRODUCTION, headers={**writer, "If-Match": tag})
+    assert stale.status_code == 412
+    current = client.get(PRODUCTION, headers=writer).headers["ETag"]
+    assert client.delete(PRODUCTION, headers={**writer, "If-Match": current}).status_code == 204
+    assert client.get(PRODUCTION, headers=writer).status_code == 404
+    assert client.delete(PRODUCTION, headers=writer).status_code == 404
+    events = client.get("/api/v1/audit", headers=admin,
+                        params={"action": "alias.delete", "target": "m/production"}).json()
+    assert [(e["actor"], e["before"]) for e in events["items"]] == [
+        ("writer-token", {"version": 2})]
+
+
 def test_parallel_moves_from_the_same_etag_have_exactly_one_winner(
         live_url: str, writer: dict[str, str], versions: None) -> None:
     with httpx.Client(base_url=live_url) as http:

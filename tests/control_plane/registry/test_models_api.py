@@ -95,15 +95,19 @@ def test_list_filters_by_every_given_label(client: TestClient, writer: dict[str,
     assert bad.json()["detail"] == "label filter 'no-equals-sign' must look like key=value"
 
 
-def test_delete_is_refused_while_a_version_is_not_archived(
+def test_delete_is_refused_while_an_alias_serves_a_version(
         client: TestClient, writer: dict[str, str]) -> None:
     client.post(MODELS, headers=writer, json={"name": "m"})
     client.post(f"{MODELS}/m/versions", headers=writer, json={"source": "hf://org/m"})
+    client.put(f"{MODELS}/m/aliases/production", headers=writer, json={"version": 1})
     refused = client.delete(f"{MODELS}/m", headers=writer)
     assert refused.status_code == 409
-    assert refused.json()["error"] == "ModelInUse"
+    assert refused.json() == {
+        "error": "ModelInUse",
+        "detail": "model 'm' serves through alias(es) 'production' -> 1; delete them "
+                  "(DELETE /api/v1/models/m/aliases/<alias>) first"}
     assert client.get(f"{MODELS}/m/versions/1", headers=writer).status_code == 200
 
-    client.patch(f"{MODELS}/m/versions/1", headers=writer, json={"state": "archived"})
+    assert client.delete(f"{MODELS}/m/aliases/production", headers=writer).status_code == 204
     assert client.delete(f"{MODELS}/m", headers=writer).status_code == 204
     assert client.get(f"{MODELS}/m/versions/1", headers=writer).status_code == 404

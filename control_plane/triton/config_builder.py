@@ -1,0 +1,185 @@
+"""A version's Triton model config, built as protobuf ``ModelConfig`` from its serving settings and
+overrides, and checked the way Triton and our backend will check it at load.
+
+Layers, later ones winning: the backend's fixed interface (backend, decoupled, the stock vLLM
+tensors), the serving settings (``dynamic_batching`` and our ``parameters``), then the version's own
+overrides for everything else. The fields the first two own cannot be overridden: the interface is
+what clients and the backend depend on, and the serving settings have one place to be set.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2
+
+from control_plane.errors import InvalidTritonConfig
+from control_plane.registry.serving import QueuePolicy, ServingSettings
+from llm_backend.settings import SettingsError, settings_from
+
+BACKEND = "llm_vllm"
+_TYPES = model_config_pb2.DataType
+
+# (name, type, optional): the tensor interface of Triton's stock vLLM backend, which ours keeps.
+_INPUTS = [
+    ("text_input", _TYPES.TYPE_STRING, False),
+    ("stream", _TYPES.TYPE_BOOL, True),
+    ("sampling_parameters", _TYPES.TYPE_STRING, True),
+    ("exclude_input_in_output", _TYPES.TYPE_BOOL, True),
+    ("return_finish_reason", _TYPES.TYPE_BOOL, True),
+    ("return_num_input_tokens", _TYPES.TYPE_BOOL, True),
+    ("return_num_output_tokens", _TYPES.TYPE_BOOL, True),
+]
+_OUTPUTS = [
+    ("text_output", _TYPES.TYPE_STRING),
+    ("finish_reason", _TYPES.TYPE_STRING),
+    ("num_input_tokens", _TYPES.TYPE_UINT32),
+    ("num_output_tokens", _TYPES.TYPE_UINT32),
+]
+
+# Top-level fields an override may not touch, and what to do instead.
+_OWNED_FIELDS = {
+    "name": "the Triton model name comes from the model and deployment",
+    "platform": f"the backend is always {BACKEND}",
+    "backend": f"the backend is always {BACKEND}",
+    "runtime": f"the backend is always {BACKEND}",
+    "input": "the tensor interface is fixed (Triton's stock vLLM interface)",
+    "output": "the tensor interface is fixed (Triton's stock vLLM interface)",
+    "max_batch_size": "the backend batches inside vLLM; Triton's max_batch_size stays 0",
+    "model_transaction_policy": "the backend streams, so the model is always decoupled",
+    "instance_group": "placement assigns instance groups when a version is deployed",
+    "sequence_batching": "an LLM version uses dynamic batching with priority levels",
+    "ensemble_scheduling": "an LLM version uses dynamic batching with priority levels",
+}
+_OWNED_BATCHING_FIELDS = {
+    "priority_levels": "serving.priority_levels",
+    "default_priority_level": "serving.default_priority_level",
+    "default_queue_policy": "serving.default_queue_policy",
+    "priority_queue_policy": "serving.priority_queue_policies",
+}
+# parameters keys the serving settings write.
+_OWNED_PARAMETERS = {
+    "max_inflight_requests": "serving.max_inflight_requests",
+    "reserved_urgent_slots": "serving.reserved_urgent_slots",
+    "urgent_priority_level": "serving.urgent_priority_level",
+    "drain_timeout_seconds": "serving.drain_timeout_seconds",
+}
+
+
+def interface() -> model_config_pb2.ModelConfig:
+    """What every LLM version has: our backend, decoupled, the stock vLLM tensors."""
+    config = model_config_pb2.ModelConfig(backend=BACKEND, max_batch_size=0)
+    config.model_transaction_policy.decoupled = True
+    for name, data_type, optional in _INPUTS:
+        config.input.add(name=name, data_type=data_type, dims=[1], optional=optional)
+    for name, data_type in _OUTPUTS:
+        config.output.add(name=name, data_type=data_type, dims=[-1])
+    config.instance_group.add(count=1, kind=model_config_pb2.ModelInstanceGroup.KIND_MODEL)
+    return config
+
+
+def _queue_policy(target: model_config_pb2.ModelQueuePolicy, policy: QueuePolicy) -> None:
+    target.timeout_action = model_config_pb2.ModelQueuePolicy.REJECT
+    target.default_timeout_microseconds = policy.default_timeout_microseconds
+    target.allow_timeout_override = policy.allow_timeout_override
+    target.max_queue_size = policy.max_queue_size
+
+
+def _number_text(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def apply_serving(config: model_config_pb2.ModelConfig, serving: ServingSettings) -> None:
+    batching = config.dynamic_batching
+    batching.priority_levels = serving.priority_levels
+    batching.default_priority_level = serving.effective_default_level
+    _queue_policy(batching.default_queue_policy, serving.default_queue_policy)
+    for level, policy in sorted(serving.priority_queue_policies.items()):
+        _queue_policy(batching.priority_queue_policy[level], policy)
+    parameters = {
+        "max_inflight_requests": "" if serving.max_inflight_requests is None
+        else str(serving.max_inflight_requests),
+        "reserved_urgent_slots": str(serving.reserved_urgent_slots),
+        "urgent_priority_level": str(serving.urgent_priority_level),
+        "drain_timeout_seconds": _number_text(serving.drain_timeout_seconds),
+    }
+    for key, value in parameters.items():
+        config.parameters[key].string_value = value
+
+
+def parse_overrides(overrides: Mapping[str, Any]) -> model_config_pb2.ModelConfig:
+    """Overrides (ModelConfig's JSON form) as a message; every problem is named at once."""
+    problems = []
+    for key in sorted(overrides):
+        if key in _OWNED_FIELDS:
+            problems.append(f"'{key}' cannot be overridden: {_OWNED_FIELDS[key]}")
+    batching = overrides.get("dynamic_batching")
+    if isinstance(batching, Mapping):
+        problems += [f"'dynamic_batching.{key}' is set through {owner}"
+                     for key, owner in _OWNED_BATCHING_FIELDS.items() if key in batching]
+    parameters = overrides.get("parameters")
+    if isinstance(parameters, Mapping):
+        problems += [f"'parameters.{key}' is set through {owner}"
+                     for key, owner in _OWNED_PARAMETERS.items() if key in parameters]
+    if problems:
+        raise InvalidTritonConfig("triton_config: " + "; ".join(problems))
+    message = model_config_pb2.ModelConfig()
+    try:
+        json_format.ParseDict(dict(overrides), message)
+    except json_format.ParseError as exc:
+        raise InvalidTritonConfig(f"triton_config is not a valid Triton ModelConfig: {exc}"
+                                  f"{_field_hint(overrides)}") from None
+    return message
+
+
+def _field_hint(overrides: Mapping[str, Any]) -> str:
+    fields = model_config_pb2.ModelConfig.DESCRIPTOR.fields
+    names = sorted(field.name for field in fields)
+    known = set(names) | {field.json_name for field in fields}
+    hints = []
+    for key in sorted(set(overrides) - known):
+        matches = difflib.get_close_matches(key, names, n=3, cutoff=0.6)
+        if matches:
+            hints.append(f"'{key}': did you mean {', '.join(repr(m) for m in matches)}?")
+    return f" ({'; '.join(hints)})" if hints else ""
+
+
+def build(name: str, serving: ServingSettings, overrides: Mapping[str, Any]
+          ) -> model_config_pb2.ModelConfig:
+    """The full config of one version, served under Triton model name ``name``."""
+    config = interface()
+    config.name = name
+    apply_serving(config, serving)
+    # MergeFrom: scalars in the override win, maps (parameters) merge key by key, repeated fields
+    # append; the owned repeated fields (input, output, instance_group) were refused above.
+    config.MergeFrom(parse_overrides(overrides))
+    return config
+
+
+def to_json_dict(config: model_config_pb2.ModelConfig) -> dict[str, Any]:
+    """The JSON form Triton's load API and our backend read (proto field names)."""
+    return json_format.MessageToDict(config, preserving_proto_field_name=True)
+
+
+def check(name: str, serving: ServingSettings, overrides: Mapping[str, Any],
+          engine_args: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """Build the config and run the backend's own load-time check on it; returns the JSON form.
+
+    ``source`` stands in for the model path the node will resolve, so the check sees the engine
+    arguments the backend will see."""
+    config = to_json_dict(build(name, serving, overrides))
+    try:
+        settings = settings_from(config, {**engine_args, "model": source})
+    except SettingsError as exc:
+        raise InvalidTritonConfig(f"the backend would refuse this version's config: {exc}") \
+            from None
+    max_num_seqs = engine_args.get("max_num_seqs")
+    capacity = settings.max_inflight or (max_num_seqs if isinstance(max_num_seqs, int) else None)
+    if capacity is not None and serving.reserved_urgent_slots >= capacity:
+        raise InvalidTritonConfig(
+            f"serving.reserved_urgent_slots {serving.reserved_urgent_slots} leaves none of the "
+            f"{capacity} engine slots for levels above {serving.urgent_priority_level}")
+    return config

@@ -1,7 +1,9 @@
-"""The main job: tritonserver in explicit model-control mode serving the demo LLM through our backend.
+"""The main job: tritonserver in explicit model-control mode serving the demo LLM through our
+backend, and beside it the control plane's admin REST API on its database.
 
 Run through ``make serve`` (which installs what is missing first). Stops cleanly on Ctrl-C/SIGTERM:
-Triton unloads the model, the backend drains in-flight streams, the engine exits.
+the admin API stops taking requests, Triton unloads the model, the backend drains in-flight
+streams, the engine exits.
 """
 
 from __future__ import annotations
@@ -15,7 +17,12 @@ import time
 from pathlib import Path
 
 import tritonclient.http as httpclient
+import uvicorn
 
+from control_plane import migrate
+from control_plane.app import create_app
+from control_plane.db import ensure_sqlite_directory
+from control_plane.settings import Settings
 from control_plane.triton.runtime import PROJECT_ROOT
 from control_plane.triton.server import TritonPorts, TritonServer
 
@@ -44,6 +51,37 @@ Ctrl-C stops the server (in-flight streams are drained first).
 """
 
 
+def admin_usage(settings: Settings) -> str:
+    return f"""Admin REST API: http://{settings.host}:{settings.port}/api/v1  (OpenAPI: /docs)
+  database {settings.database_url}
+  first token:  .venv/bin/llm-control-plane tokens create --name ops --scope admin
+  then:         curl -s -H "Authorization: Bearer $TOKEN" http://{settings.host}:{settings.port}/api/v1/models
+"""
+
+
+class AdminApi:
+    """The control plane's uvicorn server on a thread of this process."""
+
+    def __init__(self, settings: Settings) -> None:
+        ensure_sqlite_directory(settings.database_url)
+        migrate.upgrade(settings.database_url)
+        self.server = uvicorn.Server(uvicorn.Config(
+            create_app(settings), host=settings.host, port=settings.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, name="admin-api", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise SystemExit("the admin API did not start (is its port taken? set LLMCP_PORT)")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default=DEFAULT_MODEL, help="model directory under --repository")
@@ -54,6 +92,8 @@ def main() -> None:
                         default=int(os.environ.get("TRITON_METRICS_PORT", 8002)))
     args = parser.parse_args()
 
+    settings = Settings()
+    admin = AdminApi(settings)
     server = TritonServer(
         args.repository,
         ports=TritonPorts(http=args.http_port, grpc=args.grpc_port, metrics=args.metrics_port),
@@ -62,9 +102,11 @@ def main() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
 
+    admin.start()
+    print(admin_usage(settings), flush=True)
     print(f"starting {server.runtime.binary} (log: {server.log_path})", flush=True)
-    server.start()
     try:
+        server.start()
         print(f"loading '{args.model}' (vLLM engine start takes ~30 s on a CPU)...", flush=True)
         started = time.monotonic()
         with httpclient.InferenceServerClient(server.http_url, network_timeout=900) as client:
@@ -77,6 +119,7 @@ def main() -> None:
                       file=sys.stderr)
                 sys.exit(1)
     finally:
+        admin.stop()
         print("stopping tritonserver...", flush=True)
         server.stop()
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from datetime import datetime
+
+from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -16,6 +18,10 @@ class IdempotencyRepository:
     def get(self, actor: str, key: str) -> IdempotencyKey | None:
         return self.session.scalars(select(IdempotencyKey).where(
             IdempotencyKey.actor == actor, IdempotencyKey.key == key)).one_or_none()
+
+    def forget_older_than(self, actor: str, cutoff: datetime) -> None:
+        self.session.execute(delete(IdempotencyKey).where(
+            IdempotencyKey.actor == actor, IdempotencyKey.created_at < cutoff))
 
     def claim(self, actor: str, key: str, fingerprint: str) -> IdempotencyKey | None:
         """Insert the key, or return None if a concurrent request committed it first."""

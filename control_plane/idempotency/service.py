@@ -6,16 +6,21 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from control_plane.auth.scopes import Actor
+from control_plane.db import utcnow
 from control_plane.errors import InvalidRequest
 from control_plane.idempotency.orm import IdempotencyKey
 from control_plane.idempotency.repository import IdempotencyRepository
 
 MAX_KEY_LENGTH = 128
+# How long a key is remembered: long enough for any client's retries (and a CI job rerun), short
+# enough that the table does not grow without end. After it, the same key starts a new request.
+KEY_LIFETIME = timedelta(hours=24)
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,8 @@ def run_once(session: Session, actor: Actor, key: str, request_fingerprint: str,
     if not 0 < len(key) <= MAX_KEY_LENGTH:
         raise InvalidRequest(f"Idempotency-Key must be 1-{MAX_KEY_LENGTH} characters")
     repository = IdempotencyRepository(session)
+    # Only this actor's rows: cheap on the (actor, key) index, and no contention between clients.
+    repository.forget_older_than(actor.name, utcnow() - KEY_LIFETIME)
     existing = repository.get(actor.name, key)
     if existing is None:
         # Claimed before the work, so a concurrent retry waits on the key instead of doing the

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from control_plane.db import transaction, utcnow
+from control_plane.idempotency.orm import IdempotencyKey
+from control_plane.idempotency.service import KEY_LIFETIME
 
 from tests.control_plane.conftest import parallel
 
@@ -88,3 +96,19 @@ def test_parallel_retries_create_exactly_one_version(
     assert sum(r.headers.get("Idempotent-Replayed") == "true" for r in responses) == PARALLEL - 1
     with httpx.Client(base_url=live_url) as http:
         assert http.get(VERSIONS, headers=writer).json()["total"] == 1
+
+
+def test_a_key_is_forgotten_after_its_lifetime(client: TestClient, writer: dict[str, str],
+                                               session_factory: sessionmaker[Session],
+                                               model: None) -> None:
+    headers = {**writer, "Idempotency-Key": "nightly"}
+    first = client.post(VERSIONS, headers=headers, json={"source": "hf://org/m"})
+    with transaction(session_factory) as session:
+        session.execute(update(IdempotencyKey).values(
+            created_at=utcnow() - KEY_LIFETIME - timedelta(minutes=1)))
+    later = client.post(VERSIONS, headers=headers, json={"source": "hf://org/m"})
+    assert later.status_code == 201
+    assert "Idempotent-Replayed" not in later.headers
+    assert (first.json()["number"], later.json()["number"]) == (1, 2)
+    with transaction(session_factory) as session:
+        assert session.scalar(select(func.count()).select_from(IdempotencyKey)) == 1

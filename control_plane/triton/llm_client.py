@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import tritonclient.grpc as grpcclient
 
+
 def stock_inputs(prompt: str, sampling: dict[str, Any] | None = None, stream: bool = True,
                  exclude_input: bool | None = None, returns: bool = True,
                  module: Any = grpcclient) -> list[Any]:

@@ -12,6 +12,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from control_plane.triton import restricted_api
 from control_plane.triton.runtime import CACHE_DIR, TritonRuntime, locate
 
 # vLLM on a CPU: a KV cache of 1 GiB (the default refuses to start for lack of memory), no hub.
@@ -39,12 +40,19 @@ class TritonPorts:
 
 
 class TritonServer:
-    """One tritonserver process; ``start()`` returns once it answers its liveness check."""
+    """One tritonserver process; ``start()`` returns once it answers its liveness check.
+
+    With a ``repository_key``, loading, unloading and listing models need that key (see
+    ``restricted_api``); without one, the repository API is open, as in plain Triton.
+    """
 
     def __init__(self, model_repository: Path, ports: TritonPorts | None = None,
                  log_path: Path | None = None, extra_args: list[str] | None = None,
-                 runtime: TritonRuntime | None = None) -> None:
+                 runtime: TritonRuntime | None = None, repository_key: str | None = None) -> None:
         self.model_repository = model_repository
+        # Checked now, so a bad key fails here rather than as tritonserver's exit code later.
+        self.repository_key = (None if repository_key is None
+                               else restricted_api.check_key(repository_key))
         self.ports = ports or TritonPorts()
         self.log_path = log_path or CACHE_DIR / "logs" / f"tritonserver-{self.ports.http}.log"
         self.extra_args = extra_args or []
@@ -82,6 +90,8 @@ class TritonServer:
             "--disable-auto-complete-config",
             "--allow-gpu-metrics=false",
             "--pinned-memory-pool-byte-size=0",
+            *(restricted_api.server_flags(self.repository_key)
+              if self.repository_key is not None else []),
             *self.extra_args,
         ]
 

@@ -1,7 +1,7 @@
 # Two commands do all the set-up (each installs what is missing first, then reuses it):
 #   make serve   tritonserver + the demo LLM through our vLLM backend, ready for HTTP and gRPC
 #   make test    the whole test suite (what CI runs)
-.PHONY: setup serve test unit-test bench bench-overhead bench-priority bench-stall
+.PHONY: setup serve test unit-test bench bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle
 
 PYTHON := .venv/bin/python
 
@@ -17,7 +17,7 @@ test: setup
 unit-test: setup
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/unit
 
-bench: bench-overhead bench-priority bench-stall
+bench: bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle
 
 bench-overhead: setup
 	$(PYTHON) -m bench.overhead
@@ -27,3 +27,9 @@ bench-priority: setup
 
 bench-stall: setup
 	$(PYTHON) -m bench.batcher_stall
+
+bench-admin-api: setup
+	$(PYTHON) -m bench.admin_api
+
+bench-lifecycle: setup
+	$(PYTHON) -m bench.lifecycle

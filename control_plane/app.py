@@ -12,12 +12,19 @@ from sqlalchemy import Engine, text
 from control_plane.auth.routes import router as auth_router
 from control_plane.db import make_engine, make_session_factory
 from control_plane.error_handlers import error_responses, install_error_handlers
+from control_plane.leader import LeaderElection, LeaderLock
+from control_plane.deployments import service as deployments
+from control_plane.deployments import work as deployment_work
+from control_plane.deployments.actuator import Actuator
+from control_plane.deployments.reconciler import Reconciler
+from control_plane.deployments.routes import router as deployments_router
 from control_plane.nodes.routes import router as nodes_router
 from control_plane.operations.routes import router as operations_router
 from control_plane.operations.runner import OperationRunner
 from control_plane.registry import validation
 from control_plane.registry.routes import router as registry_router
 from control_plane.settings import Settings
+from control_plane.triton import config_builder, node_control
 
 REQUEST_ID_HEADER = "X-Request-ID"
 
@@ -31,11 +38,31 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     session_factory = make_session_factory(engine)
     runner = OperationRunner(session_factory)
     runner.register(validation.KIND, validation.make_work(settings.source_roots))
+    actuator = Actuator(session_factory, node_control.connect, config_builder.load_request)
+    elections: list[LeaderElection] = []
+    reconciler = Reconciler(actuator, interval_s=settings.reconcile_interval_seconds,
+                            is_leader=lambda: bool(elections) and elections[-1].is_leader)
+    # After each deployment operation the reconciler looks again at once, whatever the outcome.
+    runner.register(deployments.APPLY, deployment_work.make_apply(actuator, reconciler.trigger))
+    runner.register(deployments.REMOVE, deployment_work.make_remove(actuator, reconciler.trigger))
+    runner.register(deployments.SWAP, deployment_work.make_swap(actuator, reconciler.trigger))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         runner.start()
+        if settings.reconciler_enabled:
+            # Of several replicas on one database, only the elected one reconciles; the others
+            # serve the API and take over when it dies (PostgreSQL advisory lock; a file lock
+            # beside SQLite).
+            elections.append(LeaderElection(LeaderLock(settings.database_url, "reconciler"),
+                                            on_elected=reconciler.trigger,
+                                            on_deposed=lambda: None))
+            reconciler.start()
+            elections[-1].start()
         yield
+        if settings.reconciler_enabled:
+            elections[-1].stop()
+        reconciler.stop()
         runner.shutdown()
         if owns_engine:
             engine.dispose()
@@ -44,14 +71,17 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.state.settings = settings
     app.state.session_factory = session_factory
     app.state.operation_runner = runner
+    app.state.reconciler = reconciler
+    app.state.elections = elections
     install_error_handlers(app)
 
     @app.middleware("http")
     async def assign_request_id(request: Request,
                                 call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         # A caller's id is kept so one id follows a request through proxies into the audit log.
-        request.state.request_id = request.headers.get(REQUEST_ID_HEADER, "")[:128] or \
-            uuid.uuid4().hex
+        # NUL is dropped: PostgreSQL cannot store it in the audit log.
+        request.state.request_id = request.headers.get(REQUEST_ID_HEADER, "").replace(
+            "\x00", "")[:128] or uuid.uuid4().hex
         response = await call_next(request)
         response.headers[REQUEST_ID_HEADER] = request.state.request_id
         return response
@@ -70,6 +100,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
 
     app.include_router(registry_router, prefix="/api/v1")
     app.include_router(nodes_router, prefix="/api/v1")
+    app.include_router(deployments_router, prefix="/api/v1")
     app.include_router(operations_router, prefix="/api/v1")
     app.include_router(auth_router, prefix="/api/v1")
     return app

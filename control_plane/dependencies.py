@@ -11,10 +11,14 @@ from sqlalchemy.orm import Session
 from control_plane.db import transaction
 from control_plane.settings import Settings
 
+# Methods whose endpoints only read; their transactions take no write lock on SQLite.
+READ_ONLY_METHODS = frozenset({"GET", "HEAD"})
+
 
 def _session(request: Request) -> Iterator[Session]:
     # The one owner of the transaction: commit after the endpoint returns, roll back if it raised.
-    with transaction(request.app.state.session_factory) as session:
+    with transaction(request.app.state.session_factory,
+                     read_only=request.method in READ_ONLY_METHODS) as session:
         yield session
 
 

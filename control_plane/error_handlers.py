@@ -59,4 +59,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        cause = exc.__cause__
+        if exc.status_code == 400 and isinstance(cause, (ValueError, RecursionError)):
+            # FastAPI's answer to a body it cannot decode (not UTF-8, nested too deep) is a bare
+            # 400, while malformed JSON is a 422: one mistake, one documented answer that says why.
+            return _error(422, "InvalidRequest", f"body: cannot be read as JSON ({cause}); send "
+                                                 "a UTF-8 encoded JSON object")
         return _error(exc.status_code, "HTTPError", str(exc.detail), exc.headers)

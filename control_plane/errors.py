@@ -11,17 +11,23 @@ ControlPlaneError (500)
 │   ├── VersionNotFound
 │   ├── AliasNotFound
 │   ├── NodeNotFound
-│   └── OperationNotFound
+│   ├── OperationNotFound
+│   └── DeploymentNotFound
 ├── Conflict (409)
 │   ├── ModelAlreadyExists
 │   ├── NodeAlreadyExists
 │   ├── ModelInUse
 │   ├── InvalidStateTransition
-│   └── InvalidAliasTarget
+│   ├── InvalidAliasTarget
+│   ├── InUseByDeployments
+│   └── OperationInProgress
 ├── Unauthorized (401)
 ├── Forbidden (403)
 ├── PreconditionFailed (412)
-└── DatabaseUnavailable (503)
+├── DatabaseUnavailable (503)
+└── NodeError (502): raised inside operations; the operation's error carries the message
+    ├── NodeUnavailable
+    └── DeploymentFailed
 
 The domain code raises these without knowing about HTTP frameworks; ``error_handlers`` turns them
 into ``{"error": <class name>, "detail": <message>}``.
@@ -87,6 +93,11 @@ class OperationNotFound(NotFound):
         super().__init__(f"operation '{operation_id}' does not exist")
 
 
+class DeploymentNotFound(NotFound):
+    def __init__(self, model: str, alias: str, node: str) -> None:
+        super().__init__(f"alias '{alias}' of model '{model}' is not deployed on node '{node}'")
+
+
 class Conflict(ControlPlaneError):
     status_code = 409
 
@@ -113,6 +124,14 @@ class InvalidAliasTarget(Conflict):
     pass
 
 
+class InUseByDeployments(Conflict):
+    pass
+
+
+class OperationInProgress(Conflict):
+    pass
+
+
 class Unauthorized(ControlPlaneError):
     status_code = 401
 
@@ -127,3 +146,15 @@ class PreconditionFailed(ControlPlaneError):
 
 class DatabaseUnavailable(ControlPlaneError):
     status_code = 503
+
+
+class NodeError(ControlPlaneError):
+    status_code = 502
+
+
+class NodeUnavailable(NodeError):
+    pass
+
+
+class DeploymentFailed(NodeError):
+    pass

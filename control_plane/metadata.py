@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from control_plane.auth import orm as auth_orm
 from control_plane.db import Base
+from control_plane.deployments import orm as deployments_orm
 from control_plane.idempotency import orm as idempotency_orm
 from control_plane.nodes import orm as nodes_orm
 from control_plane.operations import orm as operations_orm
@@ -15,4 +16,4 @@ from control_plane.registry import orm as registry_orm
 
 target_metadata = Base.metadata
 
-__all__ = ["auth_orm", "idempotency_orm", "nodes_orm", "operations_orm", "registry_orm", "target_metadata"]
+__all__ = ["auth_orm", "deployments_orm", "idempotency_orm", "nodes_orm", "operations_orm", "registry_orm", "target_metadata"]

@@ -1,5 +1,7 @@
-"""The main job: tritonserver in explicit model-control mode serving the demo LLM through our
-backend, and beside it the control plane's admin REST API on its database.
+"""The main job: the control plane's admin REST API and, beside it, tritonserver in explicit
+model-control mode with its repository API locked to a key only the control plane holds. The
+demo LLM is registered, pointed at by ``production`` and deployed on that node through the
+control plane (not loaded by a tritonserver flag), then served through our backend.
 
 Run through ``make serve`` (which installs what is missing first). Stops cleanly on Ctrl-C/SIGTERM:
 the admin API stops taking requests, Triton unloads the model, the backend drains in-flight
@@ -10,23 +12,27 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import signal
 import sys
 import threading
 import time
 from pathlib import Path
 
-import tritonclient.http as httpclient
 import uvicorn
 
-from control_plane import migrate
+from control_plane import demo_deployment, migrate
 from control_plane.app import create_app
-from control_plane.db import ensure_sqlite_directory
+from control_plane.db import ensure_sqlite_directory, transaction
+from control_plane.registry.serving import ServingSettings
 from control_plane.settings import Settings
-from control_plane.triton.runtime import PROJECT_ROOT
+from control_plane.triton.model_config import read_model_json
+from control_plane.triton.runtime import CACHE_DIR, PROJECT_ROOT
 from control_plane.triton.server import TritonPorts, TritonServer
 
 DEFAULT_MODEL = "smollm2"
+# The local node's repository-API key reaches the control plane (same process) through here.
+KEY_VARIABLE = "LLMCP_LOCAL_TRITON_KEY"
 
 
 def usage(server: TritonServer, model: str) -> str:
@@ -65,8 +71,9 @@ class AdminApi:
     def __init__(self, settings: Settings) -> None:
         ensure_sqlite_directory(settings.database_url)
         migrate.upgrade(settings.database_url)
+        self.app = create_app(settings)
         self.server = uvicorn.Server(uvicorn.Config(
-            create_app(settings), host=settings.host, port=settings.port, log_level="warning"))
+            self.app, host=settings.host, port=settings.port, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, name="admin-api", daemon=True)
 
     def start(self) -> None:
@@ -82,10 +89,28 @@ class AdminApi:
         self.thread.join(timeout=30)
 
 
+def deploy_demo(admin: AdminApi, settings: Settings, server: TritonServer, model: str,
+                repository: Path) -> dict[str, object]:
+    os.environ.setdefault("LLM_MODELS_DIR", str(CACHE_DIR / "models"))  # as the node has it
+    engine_args = {key: os.path.expandvars(value) if isinstance(value, str) else value
+                   for key, value in read_model_json(repository / model).items()}
+    source = str(Path(engine_args["model"]).resolve())
+    session_factory = admin.app.state.session_factory
+    with transaction(session_factory) as session:
+        number = demo_deployment.register_demo(session, model, source, engine_args,
+                                               ServingSettings(), settings.source_roots)
+        demo_deployment.ensure_node(session, server.http_url, server.grpc_url, KEY_VARIABLE)
+    return demo_deployment.deploy(session_factory, admin.app.state.operation_runner, model,
+                                  number)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="model directory under --repository")
-    parser.add_argument("--repository", type=Path, default=PROJECT_ROOT / "model_repository")
+    parser.add_argument("--model", default=DEFAULT_MODEL,
+                        help="the model under --repository to register and deploy")
+    parser.add_argument("--repository", type=Path, default=PROJECT_ROOT / "model_repository",
+                        help="where the demo model's model.json is read from (the node itself "
+                             "starts with an empty repository)")
     parser.add_argument("--http-port", type=int, default=int(os.environ.get("TRITON_HTTP_PORT", 8000)))
     parser.add_argument("--grpc-port", type=int, default=int(os.environ.get("TRITON_GRPC_PORT", 8001)))
     parser.add_argument("--metrics-port", type=int,
@@ -93,10 +118,14 @@ def main() -> None:
     args = parser.parse_args()
 
     settings = Settings()
+    os.environ[KEY_VARIABLE] = secrets.token_urlsafe(32)
     admin = AdminApi(settings)
+    empty_repository = CACHE_DIR / "node-repository"
+    empty_repository.mkdir(parents=True, exist_ok=True)
     server = TritonServer(
-        args.repository,
+        empty_repository,
         ports=TritonPorts(http=args.http_port, grpc=args.grpc_port, metrics=args.metrics_port),
+        repository_key=os.environ[KEY_VARIABLE],
     )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -107,11 +136,16 @@ def main() -> None:
     print(f"starting {server.runtime.binary} (log: {server.log_path})", flush=True)
     try:
         server.start()
-        print(f"loading '{args.model}' (vLLM engine start takes ~30 s on a CPU)...", flush=True)
+        print(f"deploying '{args.model}' as production on node 'local' through the control "
+              "plane (vLLM engine start takes ~30 s on a CPU)...", flush=True)
         started = time.monotonic()
-        with httpclient.InferenceServerClient(server.http_url, network_timeout=900) as client:
-            client.load_model(args.model)
-        print(f"loaded in {time.monotonic() - started:.1f} s", flush=True)
+        outcome = deploy_demo(admin, settings, server, args.model, args.repository)
+        if outcome["status"] != "succeeded":
+            print(f"deployment {outcome['id']} {outcome['status']}: {outcome['error']}",
+                  file=sys.stderr)
+            sys.exit(1)
+        print(f"READY in {time.monotonic() - started:.1f} s (operation {outcome['id']})",
+              flush=True)
         print(usage(server, args.model), flush=True)
         while not stop.wait(1.0):
             if server.process is not None and server.process.poll() is not None:

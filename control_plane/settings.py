@@ -25,5 +25,9 @@ class Settings(BaseSettings):
         default_factory=lambda: [CACHE_DIR / "models"],
         description="directories a version's local source must lie under (JSON list in the env)",
     )
+    reconcile_interval_seconds: float = Field(
+        default=10.0, gt=0, description="how often the reconciler checks every node unprompted")
+    reconciler_enabled: bool = Field(
+        default=True, description="false: this replica serves the API but never drives Triton")
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, status
-from pydantic import AwareDatetime
+from pydantic import AfterValidator, AwareDatetime, BeforeValidator
 
 from control_plane.auth import audit, tokens
 from control_plane.auth.dependencies import Admin
@@ -13,9 +15,29 @@ from control_plane.auth.repository import AuditFilter
 from control_plane.auth.schemas import AuditEventOut, TokenCreate, TokenCreated
 from control_plane.dependencies import DbSession
 from control_plane.error_handlers import error_responses
+from control_plane.labels import TextFilter
 from control_plane.pagination import Limit, Offset, Page
 
 router = APIRouter(tags=["auth"], responses=error_responses(401, 403, 422, 503))
+
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
+
+
+def _iso_8601_only(value: object) -> object:
+    # pydantic also reads a number as Unix time, so since=2024 meant 1970-01-01T00:33:44Z.
+    if isinstance(value, str) and not _ISO_DATE.match(value):
+        raise ValueError("expected an ISO 8601 date-time with zone, e.g. 2024-06-01T00:00:00Z")
+    return value
+
+
+def _in_utc(value: datetime) -> datetime:
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("is outside years 1-9999 once converted to UTC") from None
+
+
+Instant = Annotated[AwareDatetime, BeforeValidator(_iso_8601_only), AfterValidator(_in_utc)]
 
 
 @router.post("/tokens", status_code=status.HTTP_201_CREATED, responses=error_responses(409))
@@ -28,10 +50,10 @@ def create_token(body: TokenCreate, session: DbSession, actor: Admin) -> TokenCr
 @router.get("/audit")
 def list_audit_events(
     session: DbSession, _: Admin,
-    actor: str | None = None, action: str | None = None, target_type: str | None = None,
-    target: str | None = None,
-    since: Annotated[AwareDatetime | None, Query(description="inclusive, with zone")] = None,
-    until: Annotated[AwareDatetime | None, Query(description="exclusive, with zone")] = None,
+    actor: TextFilter = None, action: TextFilter = None, target_type: TextFilter = None,
+    target: TextFilter = None,
+    since: Annotated[Instant | None, Query(description="inclusive, with zone")] = None,
+    until: Annotated[Instant | None, Query(description="exclusive, with zone")] = None,
     limit: Limit = 50, offset: Offset = 0,
 ) -> Page[AuditEventOut]:
     where = AuditFilter(actor=actor, action=action, target_type=target_type, target=target,

@@ -39,8 +39,8 @@ def fingerprint(method: str, path: str, body: dict[str, Any]) -> str:
 def run_once(session: Session, actor: Actor, key: str, request_fingerprint: str,
              perform: Callable[[], StoredResponse]) -> StoredResponse:
     """``perform()`` the first time ``key`` is seen; afterwards, its stored response."""
-    if not 0 < len(key) <= MAX_KEY_LENGTH:
-        raise InvalidRequest(f"Idempotency-Key must be 1-{MAX_KEY_LENGTH} characters")
+    if not 0 < len(key) <= MAX_KEY_LENGTH or "\x00" in key:
+        raise InvalidRequest(f"Idempotency-Key must be 1-{MAX_KEY_LENGTH} characters, none NUL")
     repository = IdempotencyRepository(session)
     # Only this actor's rows: cheap on the (actor, key) index, and no contention between clients.
     repository.forget_older_than(actor.name, utcnow() - KEY_LIFETIME)

@@ -7,12 +7,13 @@ from fastapi.responses import JSONResponse
 
 from control_plane.auth.dependencies import Reader, Writer
 from control_plane.dependencies import DbSession
+from control_plane.deployments import service as deployments
 from control_plane.error_handlers import error_responses
 from control_plane.idempotency.http import IdempotencyKeyHeader, respond_once
 from control_plane.labels import IfMatch, LabelFilter, parse_label_filter
 from control_plane.nodes import service
 from control_plane.nodes.orm import TritonNode
-from control_plane.nodes.schemas import NodeCreate, NodeOut, NodeUpdate
+from control_plane.nodes.schemas import NodeCreate, NodeName, NodeOut, NodeUpdate
 from control_plane.pagination import Limit, Offset, Page
 
 router = APIRouter(prefix="/nodes", tags=["nodes"], responses=error_responses(401, 403, 422, 503))
@@ -42,19 +43,21 @@ def list_nodes(session: DbSession, _: Reader, label: LabelFilter = [],  # noqa: 
 
 
 @router.get("/{name}", responses=error_responses(404))
-def get_node(name: str, response: Response, session: DbSession, _: Reader) -> NodeOut:
+def get_node(name: NodeName, response: Response, session: DbSession, _: Reader) -> NodeOut:
     return _node(response, service.get_node(session, name))
 
 
 @router.patch("/{name}", responses=error_responses(404, 412))
-def update_node(name: str, body: NodeUpdate, response: Response, session: DbSession,
+def update_node(name: NodeName, body: NodeUpdate, response: Response, session: DbSession,
                 actor: Writer, if_match: IfMatch = None) -> NodeOut:
     return _node(response, service.update_node(session, actor, name, body, if_match))
 
 
 @router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT,
-               responses=error_responses(404, 412))
-def remove_node(name: str, session: DbSession, actor: Writer, if_match: IfMatch = None
+               responses=error_responses(404, 409, 412))
+def remove_node(name: NodeName, session: DbSession, actor: Writer, if_match: IfMatch = None
                 ) -> Response:
+    """Forget a node; refused while anything is deployed on it."""
+    deployments.check_node_removable(session, name)
     service.remove_node(session, actor, name, if_match)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -5,15 +5,37 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    AnyHttpUrl,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    UrlConstraints,
+)
 
 from control_plane.nodes.orm import TritonNode
 from control_plane.registry.schemas import MODEL_NAME_PATTERN, Labels
 
 NodeName = Annotated[str, StringConstraints(pattern=MODEL_NAME_PATTERN)]
 GrpcAddress = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9.-]{1,253}:[0-9]{1,5}$")]
+# No NUL in the path: PostgreSQL cannot store one.
 ApiKeyRef = Annotated[str, StringConstraints(
-    pattern=r"^(env:[A-Za-z_][A-Za-z0-9_]{0,127}|file:/\S{1,500})$")]
+    pattern=r"^(env:[A-Za-z_][A-Za-z0-9_]{0,127}|file:/[^\s\x00]{1,500})$")]
+MAX_URL_LENGTH = 512  # the column's size
+
+
+def _fits_column(url: AnyHttpUrl) -> AnyHttpUrl:
+    # Normalising can lengthen a URL (percent-encoding, a trailing slash), so the stored form is
+    # what is measured; a longer one failed the INSERT on PostgreSQL with a 500.
+    if len(str(url)) > MAX_URL_LENGTH:
+        raise ValueError(f"is longer than {MAX_URL_LENGTH} characters once normalised")
+    return url
+
+
+NodeHttpUrl = Annotated[AnyHttpUrl, UrlConstraints(max_length=MAX_URL_LENGTH),
+                        AfterValidator(_fits_column)]
 
 
 class _Input(BaseModel):
@@ -22,7 +44,7 @@ class _Input(BaseModel):
 
 class NodeCreate(_Input):
     name: NodeName
-    http_url: AnyHttpUrl
+    http_url: NodeHttpUrl
     grpc_url: GrpcAddress = Field(description="host:port of Triton's gRPC endpoint")
     labels: Labels = Field(default_factory=dict)
     api_key_ref: ApiKeyRef | None = Field(
@@ -30,7 +52,7 @@ class NodeCreate(_Input):
 
 
 class NodeUpdate(_Input):
-    http_url: AnyHttpUrl | None = None
+    http_url: NodeHttpUrl | None = None
     grpc_url: GrpcAddress | None = None
     labels: Labels | None = None
     api_key_ref: ApiKeyRef | None = None

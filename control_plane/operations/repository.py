@@ -67,6 +67,12 @@ class OperationRepository:
         self.session.expire_all()
         return bool(changed.rowcount)  # type: ignore[attr-defined]
 
+    def unfinished(self, kinds: Sequence[str]) -> Sequence[Operation]:
+        return self.session.scalars(select(Operation).where(
+            Operation.kind.in_(kinds),
+            Operation.status.in_([OperationStatus.PENDING.value, OperationStatus.RUNNING.value])
+        )).all()
+
     def unfinished_ids(self, created_before: datetime) -> Sequence[str]:
         return self.session.scalars(select(Operation.id).where(
             Operation.created_at < created_before,

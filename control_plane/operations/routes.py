@@ -9,6 +9,7 @@ from fastapi import APIRouter, Path
 from control_plane.auth.dependencies import Reader
 from control_plane.dependencies import DbSession
 from control_plane.error_handlers import error_responses
+from control_plane.labels import TextFilter
 from control_plane.operations import service
 from control_plane.operations.orm import OperationStatus
 from control_plane.operations.repository import OperationFilter
@@ -22,9 +23,9 @@ OperationId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$")]
 
 
 @router.get("")
-def list_operations(session: DbSession, _: Reader, kind: str | None = None,
-                    status: OperationStatus | None = None, target_type: str | None = None,
-                    target: str | None = None, limit: Limit = 50, offset: Offset = 0
+def list_operations(session: DbSession, _: Reader, kind: TextFilter = None,
+                    status: OperationStatus | None = None, target_type: TextFilter = None,
+                    target: TextFilter = None, limit: Limit = 50, offset: Offset = 0
                     ) -> Page[OperationOut]:
     """Operations, newest first."""
     where = OperationFilter(kind=kind, status=status, target_type=target_type, target=target)

@@ -11,13 +11,27 @@ from control_plane.auth.scopes import Actor
 from control_plane.concurrency import check_if_match, etag
 from control_plane.db import utcnow
 from control_plane.errors import AliasNotFound, InvalidAliasTarget, PreconditionFailed
-from control_plane.registry.orm import AliasMove, ModelAlias, VersionState
+from control_plane.registry.orm import AliasMove, Model, ModelAlias, VersionState
 from control_plane.registry.repository import AliasRepository
 from control_plane.registry.service import get_model, get_version
 
 
 def alias_etag(alias: ModelAlias) -> str:
     return etag(alias.id, alias.revision)
+
+
+def find_alias(session: Session, model: Model, alias_name: str) -> ModelAlias | None:
+    return AliasRepository(session).get(model.id, alias_name)
+
+
+def check_move(session: Session, model_name: str, alias: ModelAlias, number: int,
+               if_match: str | None) -> None:
+    """The checks of a move, for a move that will happen later (a swap): ETag and target."""
+    check_if_match(alias_etag(alias), if_match, f"alias '{model_name}/{alias.name}'")
+    version = get_version(session, model_name, number)
+    if version.state == VersionState.ARCHIVED:
+        raise InvalidAliasTarget(f"version {number} of '{model_name}' is archived; point "
+                                 f"'{alias.name}' at a registered or validated version")
 
 
 def move_alias(session: Session, actor: Actor, model_name: str, alias_name: str, number: int,

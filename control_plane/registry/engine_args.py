@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import difflib
 import functools
+import json
+import subprocess
+import sys
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -13,13 +17,31 @@ from control_plane.errors import UnknownEngineArgument
 RESERVED = frozenset({"model"})
 
 
-@functools.cache
+# Read in a child interpreter, not imported: vLLM pulls in torch, whose ~500,000 objects would stay
+# in the control plane for good, and every full garbage collection would scan them (~0.4 s, held
+# under the GIL: a latency spike for every request in flight, every few seconds under load).
+_READ_FIELD_NAMES = ("import json; from vllm import AsyncEngineArgs; "
+                     "print(json.dumps(sorted(AsyncEngineArgs.__dataclass_fields__)))")
+# One child at a time: concurrent first registrations wait for its answer instead of each
+# starting their own.
+_read_lock = threading.Lock()
+
+
 def vllm_engine_arg_names() -> frozenset[str]:
     """The field names of the installed vLLM's ``AsyncEngineArgs``."""
-    # Imported on first use: vLLM pulls in torch, which the rest of the control plane never needs.
-    from vllm import AsyncEngineArgs
+    with _read_lock:
+        return _read_vllm_engine_arg_names()
 
-    return frozenset(AsyncEngineArgs.__dataclass_fields__)
+
+@functools.cache
+def _read_vllm_engine_arg_names() -> frozenset[str]:
+    done = subprocess.run([sys.executable, "-c", _READ_FIELD_NAMES], capture_output=True,
+                          text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"cannot read vLLM's engine arguments with {sys.executable} (is vLLM "
+                           f"installed there?): {done.stderr.strip()[-1000:]}")
+    names: list[str] = json.loads(done.stdout.splitlines()[-1])
+    return frozenset(names)
 
 
 def check_engine_args(args: Mapping[str, Any], known: Iterable[str] | None = None) -> None:

@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 
 from control_plane.auth.dependencies import Reader, Writer
 from control_plane.dependencies import AppSettings, DbSession
+from control_plane.deployments import service as deployments
 from control_plane.error_handlers import error_responses
 from control_plane.idempotency.http import IdempotencyKeyHeader, respond_once
 from control_plane.labels import IfMatch, LabelFilter, parse_label_filter
@@ -24,6 +25,7 @@ from control_plane.registry.schemas import (
     AliasMoveRequest,
     AliasOut,
     ModelCreate,
+    ModelName,
     ModelOut,
     ModelUpdate,
     VersionCreate,
@@ -69,19 +71,19 @@ def list_models(session: DbSession, _: Reader, label: LabelFilter = [],  # noqa:
 
 
 @router.get("/{name}", responses=error_responses(404))
-def get_model(name: str, response: Response, session: DbSession, _: Reader) -> ModelOut:
+def get_model(name: ModelName, response: Response, session: DbSession, _: Reader) -> ModelOut:
     return _model(response, service.get_model(session, name))
 
 
 @router.patch("/{name}", responses=error_responses(404, 412))
-def update_model(name: str, body: ModelUpdate, response: Response, session: DbSession,
+def update_model(name: ModelName, body: ModelUpdate, response: Response, session: DbSession,
                  actor: Writer, if_match: IfMatch = None) -> ModelOut:
     return _model(response, service.update_model(session, actor, name, body, if_match))
 
 
 @router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT,
                responses=error_responses(404, 409, 412))
-def delete_model(name: str, session: DbSession, actor: Writer, if_match: IfMatch = None
+def delete_model(name: ModelName, session: DbSession, actor: Writer, if_match: IfMatch = None
                  ) -> Response:
     service.delete_model(session, actor, name, if_match)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
@@ -89,7 +91,7 @@ def delete_model(name: str, session: DbSession, actor: Writer, if_match: IfMatch
 
 @router.post("/{name}/versions", status_code=status.HTTP_201_CREATED, response_model=VersionOut,
              responses=error_responses(404))
-def register_version(name: str, body: VersionCreate, request: Request, session: DbSession,
+def register_version(name: ModelName, body: VersionCreate, request: Request, session: DbSession,
                      actor: Writer, settings: AppSettings,
                      idempotency_key: IdempotencyKeyHeader = None) -> JSONResponse:
     def perform() -> tuple[VersionOut, dict[str, str]]:
@@ -101,7 +103,7 @@ def register_version(name: str, body: VersionCreate, request: Request, session: 
 
 
 @router.get("/{name}/versions", responses=error_responses(404))
-def list_versions(name: str, session: DbSession, _: Reader, limit: Limit = 50,
+def list_versions(name: ModelName, session: DbSession, _: Reader, limit: Limit = 50,
                   offset: Offset = 0) -> Page[VersionOut]:
     versions, total = service.list_versions(session, name, limit, offset)
     return Page(items=[VersionOut.of(v) for v in versions], total=total, limit=limit,
@@ -109,13 +111,13 @@ def list_versions(name: str, session: DbSession, _: Reader, limit: Limit = 50,
 
 
 @router.get("/{name}/versions/{number}", responses=error_responses(404))
-def get_version(name: str, number: VersionNumber, response: Response, session: DbSession,
+def get_version(name: ModelName, number: VersionNumber, response: Response, session: DbSession,
                 _: Reader) -> VersionOut:
     return _version(response, service.get_version(session, name, number))
 
 
 @router.get("/{name}/versions/{number}/config", responses=error_responses(404))
-def version_config(name: str, number: VersionNumber, session: DbSession, _: Reader
+def version_config(name: ModelName, number: VersionNumber, session: DbSession, _: Reader
                    ) -> dict[str, Any]:
     """The Triton model config (JSON form) this version is loaded with, under the model's name."""
     version = service.get_version(session, name, number)
@@ -126,7 +128,7 @@ def version_config(name: str, number: VersionNumber, session: DbSession, _: Read
 
 @router.post("/{name}/versions/{number}/validate", status_code=status.HTTP_202_ACCEPTED,
              response_model=OperationOut, responses=error_responses(404, 409))
-def validate_version(name: str, number: VersionNumber, request: Request, session: DbSession,
+def validate_version(name: ModelName, number: VersionNumber, request: Request, session: DbSession,
                      actor: Writer, runner: Runner, background: BackgroundTasks,
                      idempotency_key: IdempotencyKeyHeader = None) -> JSONResponse:
     """Start validating a registered version (source files, checksum, architecture); poll the
@@ -143,7 +145,7 @@ def validate_version(name: str, number: VersionNumber, request: Request, session
 
 
 @router.patch("/{name}/versions/{number}", responses=error_responses(404, 409, 412))
-def update_version(name: str, number: VersionNumber, body: VersionUpdate, response: Response,
+def update_version(name: ModelName, number: VersionNumber, body: VersionUpdate, response: Response,
                    session: DbSession, actor: Writer, if_match: IfMatch = None) -> VersionOut:
     return _version(response, service.update_version(session, actor, name, number, body,
                                                      if_match))
@@ -157,36 +159,53 @@ def _alias(response: Response, model: str, alias: ModelAlias) -> AliasOut:
     return AliasOut.of(model, alias)
 
 
-@router.put("/{name}/aliases/{alias}", responses=error_responses(404, 409, 412))
-def move_alias(name: str, alias: AliasName, body: AliasMoveRequest, response: Response,
-               session: DbSession, actor: Writer, if_match: IfMatch = None) -> AliasOut:
-    """Point an alias at a version (creating it on first use); every move is kept in history."""
-    moved = aliases.move_alias(session, actor, name, alias, body.version, if_match)
-    return _alias(response, name, moved)
+@router.put("/{name}/aliases/{alias}", response_model=AliasOut,
+            responses={**error_responses(404, 409, 412),
+                       202: {"model": OperationOut,
+                             "description": "the alias is deployed: a swap operation started"}})
+def move_alias(name: ModelName, alias: AliasName, body: AliasMoveRequest, response: Response,
+               session: DbSession, actor: Writer, runner: Runner, background: BackgroundTasks,
+               if_match: IfMatch = None) -> AliasOut | JSONResponse:
+    """Point an alias at a version (creating it on first use); every move is kept in history.
+
+    A deployed alias moves only once every node serves the new version: the answer is then 202
+    with the swap operation, and the alias stays where it was if any node fails to load it."""
+    model = service.get_model(session, name, for_update=True)
+    current = aliases.find_alias(session, model, alias)
+    on_nodes = deployments.deployed(session, model.id, alias) if current is not None else []
+    if current is None or not on_nodes or current.version.number == body.version:
+        moved = aliases.move_alias(session, actor, name, alias, body.version, if_match)
+        return _alias(response, name, moved)
+    aliases.check_move(session, name, current, body.version, if_match)
+    operation = deployments.start_swap(session, actor, name, alias, body.version, on_nodes)
+    background.add_task(runner.submit, operation.id)
+    return JSONResponse(OperationOut.of(operation).model_dump(mode="json"), status_code=202,
+                        headers={"Location": f"/api/v1/operations/{operation.id}"})
 
 
 @router.delete("/{name}/aliases/{alias}", status_code=status.HTTP_204_NO_CONTENT,
-               responses=error_responses(404, 412))
-def delete_alias(name: str, alias: AliasName, session: DbSession, actor: Writer,
+               responses=error_responses(404, 409, 412))
+def delete_alias(name: ModelName, alias: AliasName, session: DbSession, actor: Writer,
                  if_match: IfMatch = None) -> Response:
-    """Remove an alias; its moves stay in the audit log."""
+    """Remove an alias; its moves stay in the audit log. Refused while it is deployed."""
+    deployments.check_alias_removable(session, name, alias)
     aliases.delete_alias(session, actor, name, alias, if_match)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.get("/{name}/aliases", responses=error_responses(404))
-def list_aliases(name: str, session: DbSession, _: Reader) -> list[AliasOut]:
+def list_aliases(name: ModelName, session: DbSession, _: Reader) -> list[AliasOut]:
     return [AliasOut.of(name, a) for a in aliases.list_aliases(session, name)]
 
 
 @router.get("/{name}/aliases/{alias}", responses=error_responses(404))
-def get_alias(name: str, alias: AliasName, response: Response, session: DbSession, _: Reader
+def get_alias(name: ModelName, alias: AliasName, response: Response, session: DbSession, _: Reader
               ) -> AliasOut:
     return _alias(response, name, aliases.get_alias(session, name, alias))
 
 
 @router.get("/{name}/aliases/{alias}/history", responses=error_responses(404))
-def alias_history(name: str, alias: AliasName, session: DbSession, _: Reader,
+def alias_history(name: ModelName, alias: AliasName, session: DbSession, _: Reader,
                   limit: Limit = 50, offset: Offset = 0) -> Page[AliasMoveOut]:
     moves, total = aliases.alias_history(session, name, alias, limit, offset)
     return Page(items=[AliasMoveOut.of(m) for m in moves], total=total, limit=limit,

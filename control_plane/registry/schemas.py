@@ -7,16 +7,17 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from control_plane.labels import LABEL_KEY_PATTERN, NO_NUL_PATTERN
 from control_plane.registry.orm import AliasMove, Model, ModelAlias, ModelVersion, VersionState
 from control_plane.registry.serving import ServingSettings
 
 # The name becomes a Triton model name and a directory name, so nothing that could reach a path.
 MODEL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 ModelName = Annotated[str, StringConstraints(pattern=MODEL_NAME_PATTERN)]
-# Label keys are also JSON paths in the label filter; a small alphabet keeps that path literal.
-LabelKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")]
-LabelValue = Annotated[str, StringConstraints(max_length=256)]
+LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY_PATTERN)]
+LabelValue = Annotated[str, StringConstraints(max_length=256, pattern=NO_NUL_PATTERN)]
 Labels = Annotated[dict[LabelKey, LabelValue], Field(max_length=64)]
+Description = Annotated[str, StringConstraints(max_length=4096, pattern=NO_NUL_PATTERN)]
 
 class _Input(BaseModel):
     # An unknown field is refused rather than ignored: a typo must not silently do nothing.
@@ -25,12 +26,12 @@ class _Input(BaseModel):
 
 class ModelCreate(_Input):
     name: ModelName
-    description: Annotated[str, StringConstraints(max_length=4096)] = ""
+    description: Description = ""
     labels: Labels = Field(default_factory=dict)
 
 
 class ModelUpdate(_Input):
-    description: Annotated[str, StringConstraints(max_length=4096)] | None = None
+    description: Description | None = None
     labels: Labels | None = None
 
 

@@ -37,7 +37,7 @@ def check_source(source: str, roots: Sequence[Path]) -> CheckedSource:
     try:
         # resolve() follows symlinks, so a link inside a root cannot point outside it.
         resolved = path.resolve(strict=True)
-    except (OSError, RuntimeError) as exc:
+    except (OSError, RuntimeError, ValueError) as exc:  # ValueError: a NUL in the path
         raise InvalidSource(f"local source '{source}' does not exist or cannot be read") from exc
     if not any(resolved.is_relative_to(root.resolve()) for root in roots):
         raise InvalidSource(f"local source '{source}' is outside the allowed roots "

@@ -10,12 +10,14 @@ what clients and the backend depend on, and the serving settings have one place 
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
+from control_plane.deployments.specs import VersionSpec
 from control_plane.errors import InvalidTritonConfig
 from control_plane.registry.serving import QueuePolicy, ServingSettings
 from llm_backend.settings import SettingsError, settings_from
@@ -183,3 +185,20 @@ def check(name: str, serving: ServingSettings, overrides: Mapping[str, Any],
             f"serving.reserved_urgent_slots {serving.reserved_urgent_slots} leaves none of the "
             f"{capacity} engine slots for levels above {serving.urgent_priority_level}")
     return config
+
+
+def load_request(triton_name: str, spec: VersionSpec) -> tuple[str, dict[str, bytes]]:
+    """``load_model``'s config JSON and files for one registry version under ``triton_name``.
+
+    Triton's version directory is the registry's version number and the config names only that
+    version, so loading another version under the same name is a config change: Triton loads it
+    beside the one serving, moves traffic when it is ready, and unloads the old one once its
+    in-flight requests are done. A failed load leaves the old one serving."""
+    config = build(triton_name, ServingSettings.model_validate(spec.serving), spec.triton_config)
+    config.version_policy.specific.versions[:] = [spec.number]
+    # Triton ignores new files under an unchanged config; the registry's own name for the version
+    # keeps every config distinct.
+    config.parameters["registry_version"].string_value = f"{spec.model}/{spec.number}"
+    engine_args = {**spec.engine_args, "model": spec.source, "served_model_name": triton_name}
+    files = {f"file:{spec.number}/model.json": json.dumps(engine_args, indent=2).encode()}
+    return json_format.MessageToJson(config, preserving_proto_field_name=True), files

@@ -50,7 +50,7 @@ _CHANNEL_ARGS = [
 class TritonGrpcControl:
     """One Triton node, driven over gRPC; ``close()`` it (or use it as a context manager)."""
 
-    def __init__(self, grpc_url: str, metrics_url: str, *, repository_key: str | None = None,
+    def __init__(self, grpc_url: str, metrics_url: str | None = None, *, repository_key: str | None = None,
                  call_timeout_s: float = 10.0, load_timeout_s: float = 600.0) -> None:
         """``load_timeout_s`` bounds one load: a vLLM engine takes ~30 s to start on a CPU and
         minutes for a large model on a GPU. ``call_timeout_s`` bounds every other call."""
@@ -133,6 +133,9 @@ class TritonGrpcControl:
         return response
 
     def metrics(self) -> str:
+        if self.metrics_url is None:
+            raise TritonControlError(f"no metrics URL is known for the node at {self.url}",
+                                     self.url)
         try:
             response = httpx.get(self.metrics_url, timeout=self.call_timeout_s)
         except httpx.TransportError as exc:

@@ -28,6 +28,16 @@ def test_unknown_route_uses_the_error_shape(client: TestClient) -> None:
     assert response.json() == {"error": "HTTPError", "detail": "Not Found"}
 
 
+def test_a_body_that_is_not_utf8_is_a_documented_422(client: TestClient,
+                                                     admin: dict[str, str]) -> None:
+    # FastAPI itself answers an undocumented 400 "There was an error parsing the body".
+    response = client.post("/api/v1/models", headers={**admin, "Content-Type": "application/json"},
+                           content=b'{"name": "\xff"}')
+    assert response.status_code == 422
+    assert response.json()["error"] == "InvalidRequest"
+    assert response.json()["detail"].startswith("body: cannot be read as JSON ('utf-8' codec")
+
+
 def test_openapi_documents_the_error_shape(client: TestClient) -> None:
     schema = client.get("/openapi.json").json()
     create = schema["paths"]["/api/v1/models"]["post"]["responses"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 from fastapi.testclient import TestClient
 
@@ -70,6 +70,13 @@ def test_filters_combine(client: TestClient, writer: dict[str, str], admin: dict
     assert len(_events(client, admin, since=past, until=future, actor="writer-token")) == 3
     naive = client.get(AUDIT, headers=admin, params={"since": "2026-01-01T00:00:00"})
     assert naive.status_code == 422
+    # The same instant in another zone: SQLite compared its wall-clock time and found nothing.
+    offset = (datetime.now(UTC) - timedelta(hours=1)).astimezone(timezone(timedelta(hours=5)))
+    assert len(_events(client, admin, since=offset.isoformat(), actor="writer-token")) == 3
+    # A number was read as Unix time (2024 s after 1970); the edge of the calendar overflowed.
+    for since in ("2024", "0.5", "0001-01-01T00:00:00+01:00"):
+        refused = client.get(AUDIT, headers=admin, params={"since": since})
+        assert (refused.status_code, refused.json()["error"]) == (422, "InvalidRequest")
     page = client.get(AUDIT, headers=admin, params={"limit": 1, "actor": "writer-token"}).json()
     assert (len(page["items"]), page["total"]) == (1, 3)
 

@@ -46,6 +46,9 @@ def test_list_filters_by_label(client: TestClient, writer: dict[str, str]) -> No
 @pytest.mark.parametrize("field,value", [
     ("http_url", "ftp://x:1"), ("grpc_url", "http://x:8001"), ("grpc_url", "host"),
     ("api_key_ref", "plain-secret-value"), ("api_key_ref", "env:"), ("name", "GPU A"),
+    # Longer than the column once normalised (each 'é' becomes '%C3%A9'), and a NUL PostgreSQL
+    # cannot store: both were a 500 on PostgreSQL.
+    ("http_url", "http://x/" + "é" * 100), ("api_key_ref", "file:/keys/a\x00b"),
 ])
 def test_invalid_fields_are_refused(client: TestClient, writer: dict[str, str], field: str,
                                     value: str) -> None:

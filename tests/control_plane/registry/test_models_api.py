@@ -93,6 +93,27 @@ def test_list_filters_by_every_given_label(client: TestClient, writer: dict[str,
     bad = client.get(MODELS, headers=writer, params={"label": "no-equals-sign"})
     assert bad.status_code == 422
     assert bad.json()["detail"] == "label filter 'no-equals-sign' must look like key=value"
+    # The key becomes a JSON path: a quote in it was a 503 on SQLite, a NUL a 500 on PostgreSQL.
+    for key in ('te"am', "te\x00am"):
+        refused = client.get(MODELS, headers=writer, params={"label": f"{key}=nlp"})
+        assert (refused.status_code, refused.json()["error"]) == (422, "InvalidRequest")
+
+
+@pytest.mark.parametrize("method,path,body", [
+    ("POST", MODELS, {"name": "m", "description": "a\x00b"}),
+    ("POST", MODELS, {"name": "m", "labels": {"team": "a\x00b"}}),
+    ("GET", f"{MODELS}?label=team%3Da%00b", None),
+    ("GET", f"{MODELS}/a%00b", None),
+    ("GET", "/api/v1/nodes/a%00b", None),
+    ("GET", "/api/v1/operations?kind=a%00b", None),
+    ("GET", "/api/v1/audit?actor=a%00b", None),
+])
+def test_a_nul_character_is_refused_on_every_backend(
+        client: TestClient, admin: dict[str, str], method: str, path: str,
+        body: dict[str, object] | None) -> None:
+    # PostgreSQL can neither store nor compare one; it was a 500 there and accepted on SQLite.
+    response = client.request(method, path, headers=admin, json=body)
+    assert (response.status_code, response.json()["error"]) == (422, "InvalidRequest")
 
 
 def test_delete_is_refused_while_an_alias_serves_a_version(

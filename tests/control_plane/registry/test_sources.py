@@ -47,6 +47,11 @@ def test_other_schemes_and_relative_paths_are_refused(uri: str, root: Path) -> N
         check_source(uri, [root])
 
 
+def test_a_nul_in_a_local_path_is_refused_not_raised(root: Path) -> None:
+    with pytest.raises(InvalidSource, match="does not exist or cannot be read"):
+        check_source(f"{root}/a\x00b", [root])
+
+
 def test_local_path_under_a_root_gets_a_content_checksum(root: Path) -> None:
     checked = check_source(str(root / "smollm2"), [root])
     assert checked.uri == str((root / "smollm2").resolve())

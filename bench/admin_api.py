@@ -1,0 +1,325 @@
+"""Latency and throughput of the control plane's admin REST API, on SQLite and on PostgreSQL.
+
+A real server (``llm-control-plane serve``: uvicorn in its own process, migrated and given a write
+token by the CLI, as an operator would) is driven over loopback by closed-loop clients: each of
+the 16 sends its next request as soon as the last one ends, over a keep-alive httpx client of its
+own. Two operations, each with a warm-up and then a measured phase of fixed length:
+- read: ``GET /api/v1/models/{m}/versions``, the default page, on a model with 50 versions;
+- write: ``POST /api/v1/models/{m}/versions``, registering a small local directory (the server
+  checksums it), every client on the same model.
+Any non-2xx answer counts as an error. Goal (issue 3): read p99 under 25 ms on PostgreSQL on this
+machine; the JSON records the measured value and whether it was met.
+
+    make bench-admin-api        (or: .venv/bin/python -m bench.admin_api --seconds 10)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+
+from bench.common import percentile, print_table, run_concurrently, write_results
+from control_plane.triton.runtime import CACHE_DIR
+
+POSTGRES_SERVER_URL = os.environ.get(
+    "LLMCP_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+BACKENDS = ("sqlite", "postgresql")
+OPERATIONS = ("read", "write")
+MODEL = "bench"
+GOAL = "read p99 under 25 ms on PostgreSQL on this machine"
+GOAL_P99_MS = 25.0
+GOAL_CONCURRENCY = 16
+# The console script next to the interpreter running the benchmark: the same virtual environment.
+CLI = Path(sys.executable).with_name("llm-control-plane")
+VERSION_BODY_ENGINE_ARGS = {"max_model_len": 512}
+# Kept in the JSON so a failing run shows what the server said, without flooding it.
+ERROR_SAMPLES = 5
+
+Request = Callable[[httpx.Client], httpx.Response]
+
+
+@dataclass
+class Phase:
+    """What the clients of one measured phase saw."""
+
+    latencies_ms: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    def summary(self) -> dict[str, Any]:
+        requests = len(self.latencies_ms) + len(self.errors)
+        return {
+            "requests": requests,
+            "errors": len(self.errors),
+            "requests_per_s": requests / self.elapsed_s if self.elapsed_s else 0.0,
+            "p50_ms": percentile(self.latencies_ms, 0.50),
+            "p90_ms": percentile(self.latencies_ms, 0.90),
+            "p99_ms": percentile(self.latencies_ms, 0.99),
+            "max_ms": max(self.latencies_ms, default=float("nan")),
+            "elapsed_s": self.elapsed_s,
+            "error_samples": self.errors[:ERROR_SAMPLES],
+        }
+
+
+@contextmanager
+def fresh_database(backend: str, directory: Path) -> Iterator[str]:
+    """The URL of a new, empty database on ``backend``, dropped afterwards."""
+    if backend == "sqlite":
+        yield f"sqlite:///{directory / 'control_plane.db'}"
+        return
+    server = create_engine(POSTGRES_SERVER_URL, isolation_level="AUTOCOMMIT")
+    name = f"llmcp_bench_{secrets.token_hex(6)}"
+    try:
+        try:
+            with server.connect() as connection:
+                connection.execute(text(f'CREATE DATABASE "{name}"'))
+        except OperationalError as exc:
+            raise SystemExit(f"PostgreSQL at {POSTGRES_SERVER_URL} is unreachable ({exc.orig}); "
+                             "start it, point LLMCP_BENCH_POSTGRES_URL at one, or run "
+                             "--backends sqlite") from exc
+        try:
+            yield make_url(POSTGRES_SERVER_URL).set(database=name).render_as_string(
+                hide_password=False)
+        finally:
+            with server.connect() as connection:
+                connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        server.dispose()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _cli(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run([str(CLI), *args], env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"llm-control-plane {' '.join(args)} exited {done.returncode}: "
+                           f"{done.stderr.strip()[-2000:]}")
+    return done.stdout
+
+
+@dataclass
+class Server:
+    """A control plane serving in a subprocess, and the write token the benchmark uses."""
+
+    base_url: str
+    token: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def cpu_seconds(self) -> float:
+        """CPU time the server process has used so far (user and system)."""
+        times = psutil.Process(self.process.pid).cpu_times()
+        return float(times.user + times.system)
+
+    def check_alive(self) -> None:
+        if self.process.poll() is not None:
+            raise RuntimeError(f"the control plane exited ({self.process.returncode}) during the "
+                               f"benchmark; see {self.log_path}")
+
+
+@contextmanager
+def control_plane(backend: str, database_url: str, source_root: Path) -> Iterator[Server]:
+    """A migrated control plane serving on a free loopback port."""
+    port = _free_port()
+    env = {**os.environ, "LLMCP_DATABASE_URL": database_url, "LLMCP_HOST": "127.0.0.1",
+           "LLMCP_PORT": str(port), "LLMCP_SOURCE_ROOTS": json.dumps([str(source_root)])}
+    _cli(env, "migrate")
+    token = _cli(env, "tokens", "create", "--name", "bench", "--scope", "write").strip()
+    log_path = CACHE_DIR / "logs" / f"bench-admin-api-{backend}-server.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        process = subprocess.Popen([str(CLI), "serve"], env=env, stdout=log,
+                                   stderr=subprocess.STDOUT)
+        try:
+            base_url = f"http://127.0.0.1:{port}"
+            _wait_ready(process, base_url, log_path)
+            print(f"control plane on {backend}: pid {process.pid}, {base_url}, log {log_path}",
+                  flush=True)
+            yield Server(base_url, token, process, log_path)
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _wait_ready(process: subprocess.Popen[bytes], base_url: str, log_path: Path,
+                timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(base_url=base_url, trust_env=False, timeout=5) as client:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"the control plane exited {process.returncode} at start; "
+                                   f"see {log_path}")
+            try:
+                if client.get("/readyz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+    raise RuntimeError(f"the control plane was not ready within {timeout_s:.0f} s; see {log_path}")
+
+
+def closed_loop(clients: list[httpx.Client], request: Request, seconds: float) -> Phase:
+    """Every client sends ``request`` back to back until ``seconds`` have passed."""
+    stop_at = time.monotonic() + seconds
+
+    def worker(client: httpx.Client) -> Callable[[], Phase]:
+        def run() -> Phase:
+            seen = Phase()
+            while time.monotonic() < stop_at:
+                started = time.perf_counter()
+                try:
+                    response = request(client)
+                except httpx.HTTPError as exc:
+                    seen.errors.append(f"{type(exc).__name__}: {exc}")
+                    continue
+                if response.is_success:
+                    seen.latencies_ms.append((time.perf_counter() - started) * 1000)
+                else:
+                    seen.errors.append(f"{response.status_code}: {response.text[:300]}")
+            return seen
+        return run
+
+    started = time.monotonic()
+    seen: list[Phase] = run_concurrently([worker(c) for c in clients])
+    return Phase(latencies_ms=[ms for p in seen for ms in p.latencies_ms],
+                 errors=[e for p in seen for e in p.errors],
+                 elapsed_s=time.monotonic() - started)
+
+
+def _expect(response: httpx.Response, status: int, what: str) -> httpx.Response:
+    if response.status_code != status:
+        raise RuntimeError(f"{what}: expected {status}, got {response.status_code}: "
+                           f"{response.text[:500]}")
+    return response
+
+
+def measure_backend(backend: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """Serve a fresh database on ``backend``, seed it, then measure reads and writes."""
+    source_root = workdir / "sources"
+    source = source_root / "tiny-model"
+    source.mkdir(parents=True)
+    (source / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    versions_path = f"/api/v1/models/{MODEL}/versions"
+    body = {"source": str(source), "engine_args": VERSION_BODY_ENGINE_ARGS}
+
+    with ExitStack() as stack:
+        url = stack.enter_context(fresh_database(backend, workdir))
+        server = stack.enter_context(control_plane(backend, url, source_root))
+        clients = [stack.enter_context(httpx.Client(
+            base_url=server.base_url, headers={"Authorization": f"Bearer {server.token}"},
+            trust_env=False, timeout=60)) for _ in range(args.concurrency)]
+        seeder = clients[0]
+        _expect(seeder.post("/api/v1/models", json={"name": MODEL, "description": "benchmark"}),
+                201, "create the model")
+        # The first registration waits for vLLM's engine argument names, read once per process.
+        started = time.perf_counter()
+        _expect(seeder.post(versions_path, json=body), 201, "register the first version")
+        first_write_ms = (time.perf_counter() - started) * 1000
+        for _ in range(args.versions - 1):
+            _expect(seeder.post(versions_path, json=body), 201, "seed a version")
+        page = _expect(seeder.get(versions_path), 200, "list the versions").json()
+        if page["total"] != args.versions:
+            raise RuntimeError(f"the model has {page['total']} versions, not {args.versions}")
+
+        def read(client: httpx.Client) -> httpx.Response:
+            return client.get(versions_path)
+
+        def write(client: httpx.Client) -> httpx.Response:
+            return client.post(versions_path, json=body)
+
+        results: dict[str, Any] = {"first_write_ms": first_write_ms,
+                                   "read_page_items": len(page["items"])}
+        requests = {"read": read, "write": write}
+        for operation in args.operations:
+            request = requests[operation]
+            closed_loop(clients, request, args.warmup)
+            load = os.getloadavg()[0]
+            server_cpu, client_cpu = server.cpu_seconds(), time.process_time()
+            phase = closed_loop(clients, request, args.seconds)
+            server.check_alive()
+            summary = phase.summary()
+            # CPU per request tells the server's cost apart from waiting for a busy machine.
+            per_request = 1000 / max(1, summary["requests"])
+            results[operation] = {
+                **summary, "load_average_1m_before": load,
+                "server_cpu_ms_per_request": (server.cpu_seconds() - server_cpu) * per_request,
+                "client_cpu_ms_per_request": (time.process_time() - client_cpu) * per_request,
+            }
+            print(f"  {backend} {operation}: {results[operation]['requests']} requests",
+                  flush=True)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of a measured phase")
+    parser.add_argument("--warmup", type=float, default=2.0, help="warm-up before each phase (s)")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--versions", type=int, default=50, help="versions seeded before reads")
+    parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
+    parser.add_argument("--operations", nargs="+", choices=OPERATIONS, default=list(OPERATIONS))
+    args = parser.parse_args()
+
+    measured: dict[str, dict[str, Any]] = {}
+    for backend in args.backends:
+        with tempfile.TemporaryDirectory(prefix=f"bench-admin-api-{backend}-") as workdir:
+            measured[backend] = measure_backend(backend, args, Path(workdir))
+
+    rows = [[backend, operation, r[operation]["requests"], r[operation]["errors"],
+             r[operation]["requests_per_s"], r[operation]["p50_ms"], r[operation]["p90_ms"],
+             r[operation]["p99_ms"], r[operation]["max_ms"],
+             r[operation]["server_cpu_ms_per_request"], r[operation]["load_average_1m_before"]]
+            for backend, r in measured.items() for operation in args.operations]
+    print_table(f"Admin API at concurrency {args.concurrency} ({args.seconds:g} s per phase, "
+                f"{args.versions} versions seeded; read = GET versions, write = POST versions)",
+                ["database", "operation", "requests", "errors", "req/s", "p50 ms", "p90 ms",
+                 "p99 ms", "max ms", "server CPU ms/req", "load 1m"], rows)
+    data: dict[str, Any] = {"concurrency": args.concurrency, "phase_seconds": args.seconds,
+                            "warmup_seconds": args.warmup, "seeded_versions": args.versions,
+                            "results": measured}
+    # The goal is judged at the issue's concurrency only; other runs are explorations.
+    if "postgresql" in measured and "read" in args.operations and \
+            args.concurrency == GOAL_CONCURRENCY:
+        p99 = measured["postgresql"]["read"]["p99_ms"]
+        data["goal"] = {"description": GOAL, "concurrency": GOAL_CONCURRENCY,
+                        "threshold_ms": GOAL_P99_MS, "read_p99_ms_postgresql": p99,
+                        "met": p99 < GOAL_P99_MS}
+        print(f"\ngoal: {GOAL} at concurrency {GOAL_CONCURRENCY}: "
+              f"{'met' if p99 < GOAL_P99_MS else 'MISSED'} (p99 {p99:.1f} ms)")
+    write_results("admin_api", data)
+    errors = sum(r[op]["errors"] for r in measured.values() for op in args.operations)
+    if errors:
+        raise SystemExit(f"{errors} request(s) failed; see error_samples in the JSON")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""``make serve``'s demo: the shipped model registered, pointed at by ``production`` and deployed
+on the local Triton node through the control plane, the same path an operator's API calls take.
+
+Idempotent: a later start finds the model, version, alias and node already there (the node's
+URLs are updated if its ports changed) and only applies the deployment again.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from control_plane.auth.scopes import Actor, Scope
+from control_plane.db import transaction
+from control_plane.deployments import service as deployments
+from control_plane.errors import ModelNotFound, NodeNotFound
+from control_plane.nodes import service as nodes
+from control_plane.nodes.schemas import NodeCreate, NodeUpdate
+from control_plane.operations import service as operations
+from control_plane.operations.orm import OperationStatus
+from control_plane.operations.runner import OperationRunner
+from control_plane.registry import aliases
+from control_plane.registry import service as registry
+from control_plane.registry.repository import VersionRepository
+from control_plane.registry.schemas import ModelCreate, VersionCreate
+from control_plane.registry.serving import ServingSettings
+from control_plane.triton import config_builder
+
+ACTOR = Actor(name="make-serve", scope=Scope.ADMIN)
+NODE = "local"
+# Set from the model's own config.pbtxt / model.json in the repository; the control plane, not
+# the node, decides the engine's model path.
+SET_BY_CONTROL_PLANE = {"model", "served_model_name"}
+
+
+def register_demo(session: Session, model: str, source: str, engine_args: dict[str, Any],
+                  serving: ServingSettings, source_roots: list[Any]) -> int:
+    """The demo model's version number, registering model and version on first use."""
+    try:
+        found = registry.get_model(session, model)
+    except ModelNotFound:
+        found = registry.create_model(session, ACTOR, ModelCreate(
+            name=model, description="demo model deployed by make serve",
+            labels={"source": "make-serve"}))
+    engine_args = {k: v for k, v in engine_args.items() if k not in SET_BY_CONTROL_PLANE}
+    versions, _ = VersionRepository(session).list(found.id, 500, 0)
+    for version in versions:
+        if version.source == source and version.engine_args == engine_args and \
+                version.serving == serving.model_dump(mode="json"):
+            return version.number
+    created = registry.register_version(
+        session, ACTOR, model, VersionCreate(source=source, engine_args=engine_args,
+                                             serving=serving),
+        source_roots, config_builder.check)
+    return created.number
+
+
+def ensure_node(session: Session, http_url: str, grpc_url: str, key_variable: str) -> None:
+    data = {"http_url": f"http://{http_url}", "grpc_url": grpc_url,
+            "api_key_ref": f"env:{key_variable}"}
+    try:
+        node = nodes.get_node(session, NODE)
+    except NodeNotFound:
+        nodes.register_node(session, ACTOR, NodeCreate(name=NODE, labels={"local": "true"},
+                                                       **data))  # type: ignore[arg-type]
+        return
+    if (node.http_url.rstrip("/"), node.grpc_url, node.api_key_ref) != (
+            data["http_url"], grpc_url, data["api_key_ref"]):
+        nodes.update_node(session, ACTOR, NODE, NodeUpdate(**data))  # type: ignore[arg-type]
+
+
+def deploy(session_factory: sessionmaker[Session], runner: OperationRunner, model: str,
+           number: int, timeout_s: float = 900) -> dict[str, Any]:
+    """Point ``production`` at ``number``, deploy it on the local node, wait for the outcome."""
+    with transaction(session_factory) as session:
+        aliases.move_alias(session, ACTOR, model, "production", number)
+        _, operation = deployments.apply(session, ACTOR, model, "production", NODE)
+    runner.submit(operation.id)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with transaction(session_factory) as session:
+            current = operations.get(session, operation.id)
+            if OperationStatus(current.status).finished:
+                return {"status": current.status, "error": current.error, "id": current.id}
+        time.sleep(0.5)
+    return {"status": "timed out", "error": f"not finished within {timeout_s:g} s",
+            "id": operation.id}

@@ -1,0 +1,182 @@
+"""The reconcile loop: observe each node, plan (pure), act, record; periodically and on demand.
+
+It heals what nobody asked to change: a tritonserver that restarted empty gets its models back, a
+node that stops answering has its deployments marked UNKNOWN (never silently READY) and is
+reconciled when it answers again. It never dies on an error: each one is logged and recorded on
+the node's status, and the next pass tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+
+from control_plane.db import transaction, utcnow
+from control_plane.deployments.actuator import Actuator, ready_versions
+from control_plane.deployments.orm import Deployment, DeploymentState, NodeHealth
+from control_plane.deployments.plan import (
+    Desired,
+    Load,
+    MarkReady,
+    MarkUnloaded,
+    Plan,
+    Unload,
+    plan_node,
+)
+from control_plane.deployments.repository import DeploymentRepository
+from control_plane.deployments.service import busy_deployment_ids
+from control_plane.deployments.specs import NodeEndpoint
+from control_plane.errors import ControlPlaneError
+from control_plane.registry.repository import AliasRepository
+from control_plane.triton.protocol import TritonControlError
+
+log = logging.getLogger(__name__)
+ACTOR = "reconciler"
+
+
+@dataclass
+class NodeReport:
+    """What one pass did on one node: for logs, the node's status, and tests."""
+
+    node: str
+    reachable: bool
+    plan: Plan | None = None
+    errors: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"node": self.node, "reachable": self.reachable, "errors": self.errors,
+                "plan": None if self.plan is None else {
+                    "actions": [{"action": type(a).__name__, **asdict(a)}
+                                for a in self.plan.actions],
+                    "skipped": [list(item) for item in self.plan.skipped]}}
+
+
+class Reconciler:
+    def __init__(self, actuator: Actuator, interval_s: float = 10.0,
+                 is_leader: Callable[[], bool] = lambda: True) -> None:
+        self.actuator = actuator
+        self.session_factory = actuator.session_factory
+        self.interval_s = interval_s
+        self.is_leader = is_leader
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.passes = 0
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="reconciler", daemon=True)
+        self._thread.start()
+
+    def trigger(self) -> None:
+        """Reconcile now rather than at the next interval (after each change)."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                if self.is_leader():
+                    self.reconcile_once()
+            except Exception:  # the loop outlives any one pass (a database outage, a bug)
+                log.exception("reconcile pass failed; trying again in %.0f s", self.interval_s)
+
+    # -- one pass ------------------------------------------------------------------------------
+
+    def reconcile_once(self) -> list[NodeReport]:
+        with transaction(self.session_factory) as session:
+            node_ids = session.scalars(select(Deployment.node_id).distinct()).all()
+        reports = [self.reconcile_node(node_id) for node_id in sorted(node_ids)]
+        self.passes += 1
+        return reports
+
+    def reconcile_node(self, node_id: int) -> NodeReport:
+        with self.actuator.node_lock(node_id):
+            desired, busy, endpoint = self._desired(node_id)
+            report = NodeReport(node=endpoint.name, reachable=False)
+            try:
+                control = self.actuator.control_for(endpoint)
+            except ControlPlaneError as exc:
+                report.errors.append(exc.message)
+                self._record_down(node_id, exc.message, report)
+                return report
+            try:
+                ready = ready_versions(control)
+            except TritonControlError as exc:
+                report.errors.append(str(exc))
+                self._record_down(node_id, str(exc), report)
+                return report
+            finally:
+                close = getattr(control, "close", None)
+                if close is not None:
+                    close()
+            report.reachable = True
+            report.plan = plan_node(desired, ready, busy)
+            for action in report.plan.actions:
+                try:
+                    self._act(action)
+                except ControlPlaneError as exc:
+                    report.errors.append(exc.message)
+                    log.warning("reconcile %s on node %s: %s", action, endpoint.name, exc.message)
+            self._record(node_id, NodeHealth.UP, "; ".join(report.errors), report)
+            return report
+
+    def _desired(self, node_id: int) -> tuple[list[Desired], set[int], NodeEndpoint]:
+        with transaction(self.session_factory) as session:
+            repository = DeploymentRepository(session)
+            deployments = repository.on_node(node_id)
+            aliases = AliasRepository(session)
+            desired = []
+            for deployment in deployments:
+                alias = aliases.get(deployment.model_id, deployment.alias)
+                if alias is None:
+                    continue  # an alias cannot be deleted while deployed; nothing to do
+                desired.append(Desired(
+                    deployment_id=deployment.id, triton_name=deployment.triton_name,
+                    version=alias.version.number, wanted=deployment.wanted,
+                    state=DeploymentState(deployment.state),
+                    serving_version=deployment.serving_version))
+            busy = busy_deployment_ids(session)
+            node = deployments[0].node
+            endpoint = NodeEndpoint(node.name, node.http_url, node.grpc_url, node.api_key_ref)
+        return desired, busy, endpoint
+
+    def _act(self, action: Load | Unload | MarkReady | MarkUnloaded) -> None:
+        if isinstance(action, Load):
+            self.actuator.load(action.deployment_id, action.version, ACTOR)
+        elif isinstance(action, Unload):
+            self.actuator.unload(action.deployment_id, ACTOR)
+        elif isinstance(action, MarkReady):
+            self.actuator.mark_ready(action.deployment_id, action.version, ACTOR)
+        else:
+            self.actuator.mark_unloaded(action.deployment_id, ACTOR)
+
+    def _record_down(self, node_id: int, detail: str, report: NodeReport) -> None:
+        with transaction(self.session_factory) as session:
+            DeploymentRepository(session).mark_node_unknown(
+                node_id, f"node '{report.node}' did not answer: {detail}", ACTOR)
+        self._record(node_id, NodeHealth.DOWN, detail, report)
+
+    def _record(self, node_id: int, health: NodeHealth, detail: str, report: NodeReport) -> None:
+        with transaction(self.session_factory) as session:
+            repository = DeploymentRepository(session)
+            repository.record_node_health(node_id, health, detail)
+            status = repository.node_health(node_id)
+            if status is not None:
+                status.last_pass = {**report.as_json(), "at": utcnow().isoformat()}

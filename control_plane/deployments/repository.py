@@ -1,0 +1,112 @@
+"""All SQL of deployments and node status. Flush only; the caller's transaction commits."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from control_plane.db import utcnow
+from control_plane.deployments.orm import Deployment, DeploymentState, NodeHealth, NodeStatus
+
+
+class DeploymentRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def get(self, deployment_id: int) -> Deployment | None:
+        return self.session.get(Deployment, deployment_id, populate_existing=True)
+
+    def find(self, model_id: int, alias: str, node_id: int) -> Deployment | None:
+        return self.session.scalars(select(Deployment).where(
+            Deployment.model_id == model_id, Deployment.alias == alias,
+            Deployment.node_id == node_id)).one_or_none()
+
+    def of_alias(self, model_id: int, alias: str, *, wanted_only: bool = True
+                 ) -> Sequence[Deployment]:
+        conditions = [Deployment.model_id == model_id, Deployment.alias == alias]
+        if wanted_only:
+            conditions.append(Deployment.wanted.is_(True))
+        return self.session.scalars(select(Deployment).where(*conditions)
+                                    .order_by(Deployment.id)).all()
+
+    def count_of_model(self, model_id: int) -> int:
+        return self.session.scalar(select(func.count()).select_from(Deployment).where(
+            Deployment.model_id == model_id, Deployment.wanted.is_(True))) or 0
+
+    def count_of_node(self, node_id: int) -> int:
+        return self.session.scalar(select(func.count()).select_from(Deployment).where(
+            Deployment.node_id == node_id)) or 0
+
+    def on_node(self, node_id: int) -> Sequence[Deployment]:
+        return self.session.scalars(select(Deployment).where(Deployment.node_id == node_id)
+                                    .order_by(Deployment.id)).all()
+
+    def list(self, model_id: int | None, node_id: int | None, state: DeploymentState | None,
+             limit: int, offset: int) -> tuple[Sequence[Deployment], int]:
+        conditions = []
+        if model_id is not None:
+            conditions.append(Deployment.model_id == model_id)
+        if node_id is not None:
+            conditions.append(Deployment.node_id == node_id)
+        if state is not None:
+            conditions.append(Deployment.state == state.value)
+        total = self.session.scalar(select(func.count()).select_from(Deployment)
+                                    .where(*conditions))
+        page = self.session.scalars(select(Deployment).where(*conditions)
+                                    .order_by(Deployment.id).limit(limit).offset(offset)).all()
+        return page, total or 0
+
+    def add(self, deployment: Deployment) -> None:
+        self.session.add(deployment)
+        self.session.flush()
+
+    def delete(self, deployment: Deployment) -> None:
+        self.session.delete(deployment)
+        self.session.flush()
+
+    def transition(self, deployment: Deployment, expected: DeploymentState,
+                   target: DeploymentState, actor: str, **fields: Any) -> bool:
+        """Move to ``target`` only if still in ``expected``; False if another writer moved it."""
+        changed = self.session.execute(
+            update(Deployment)
+            .where(Deployment.id == deployment.id, Deployment.state == expected.value)
+            .values(state=target.value, updated_by=actor, updated_at=utcnow(), **fields)
+            .execution_options(synchronize_session=False))
+        if changed.rowcount != 1:  # type: ignore[attr-defined]
+            return False
+        self.session.refresh(deployment)
+        return True
+
+    def set_fields(self, deployment: Deployment, **fields: Any) -> None:
+        for key, value in fields.items():
+            setattr(deployment, key, value)
+        deployment.updated_at = utcnow()
+        self.session.flush()
+
+    def mark_node_unknown(self, node_id: int, error: str, actor: str) -> int:
+        """Every deployment on a node that does not answer becomes UNKNOWN (not UNLOADED ones:
+        nothing runs there either way)."""
+        changed = self.session.execute(
+            update(Deployment)
+            .where(Deployment.node_id == node_id,
+                   Deployment.state.not_in([DeploymentState.UNKNOWN.value,
+                                            DeploymentState.UNLOADED.value]))
+            .values(state=DeploymentState.UNKNOWN.value, error=error, updated_by=actor,
+                    updated_at=utcnow())
+            .execution_options(synchronize_session=False))
+        self.session.expire_all()
+        return int(changed.rowcount)  # type: ignore[attr-defined]
+
+    def record_node_health(self, node_id: int, health: NodeHealth, detail: str) -> None:
+        status = self.session.get(NodeStatus, node_id)
+        if status is None:
+            self.session.add(NodeStatus(node_id=node_id, health=health.value, detail=detail))
+        else:
+            status.health, status.detail, status.observed_at = health.value, detail, utcnow()
+        self.session.flush()
+
+    def node_health(self, node_id: int) -> NodeStatus | None:
+        return self.session.get(NodeStatus, node_id)

@@ -122,6 +122,13 @@ def parse_overrides(overrides: Mapping[str, Any]) -> model_config_pb2.ModelConfi
     if isinstance(batching, Mapping):
         problems += [f"'dynamic_batching.{key}' is set through {owner}"
                      for key, owner in _OWNED_BATCHING_FIELDS.items() if key in batching]
+    if isinstance(batching, Mapping) and batching.get("preferred_batch_size"):
+        problems.append("'dynamic_batching.preferred_batch_size' needs a max_batch_size, which "
+                        "stays 0 (vLLM batches inside the engine)")
+    cache = overrides.get("response_cache")
+    if isinstance(cache, Mapping) and cache.get("enable"):
+        problems.append("'response_cache.enable': Triton does not cache the responses of a "
+                        "decoupled (streaming) model")
     parameters = overrides.get("parameters")
     if isinstance(parameters, Mapping):
         problems += [f"'parameters.{key}' is set through {owner}"

@@ -20,14 +20,18 @@ from control_plane.settings import Settings
 from control_plane.triton.llm_client import GrpcStream
 from control_plane.triton.runtime import CACHE_DIR
 from control_plane.triton.server import TritonServer
+from tests.control_plane.deployments.support import (
+    ENGINE_ARGS,
+    LOAD_TIMEOUT,
+    finished,
+    generate,
+    register,
+)
 
 pytestmark = pytest.mark.integration
 
-MODEL_SOURCE = CACHE_DIR / "models" / "SmolLM2-135M-Instruct"
 KEY_VARIABLE = "LLMCP_TEST_TRITON_KEY"
-ENGINE_ARGS = {"max_model_len": 512, "max_num_seqs": 3, "enforce_eager": True}
 DEPLOYMENT = "/api/v1/models/m/aliases/production/deployments/node-a"
-LOAD_TIMEOUT = 300
 
 
 @pytest.fixture(scope="module")
@@ -48,18 +52,6 @@ def settings(database_url: str) -> Settings:
                     reconcile_interval_seconds=1.0, _env_file=None)  # type: ignore[call-arg]
 
 
-def finished(client: TestClient, headers: dict[str, str], started: Any) -> dict[str, Any]:
-    assert started.status_code == 202, started.text
-    location = started.headers["Location"]
-    deadline = time.monotonic() + LOAD_TIMEOUT
-    while time.monotonic() < deadline:
-        operation: dict[str, Any] = client.get(location, headers=headers).json()
-        if operation["status"] in ("succeeded", "failed"):
-            return operation
-        time.sleep(0.25)
-    raise AssertionError(f"{location} did not finish within {LOAD_TIMEOUT} s")
-
-
 def deployment(client: TestClient, headers: dict[str, str]) -> dict[str, Any]:
     body: dict[str, Any] = client.get(DEPLOYMENT, headers=headers).json()
     return body
@@ -73,17 +65,6 @@ def wait_state(client: TestClient, headers: dict[str, str], state: str) -> dict[
             return current
         time.sleep(0.25)
     raise AssertionError(f"deployment never became {state}: {deployment(client, headers)}")
-
-
-def generate(node: TritonServer, model: str = "m") -> str:
-    stream = GrpcStream(node.grpc_url, model)
-    try:
-        stream.submit("The capital of France is", {"max_tokens": 8, "temperature": 0})
-        result = stream.wait(120)
-    finally:
-        stream.close()
-    assert result.error is None and result.final, result
-    return result.text
 
 
 class StreamingLoad:
@@ -116,14 +97,6 @@ class StreamingLoad:
                     self.completed += 1
         finally:
             stream.close()
-
-
-def register(client: TestClient, headers: dict[str, str], engine_args: dict[str, Any]) -> int:
-    created = client.post("/api/v1/models/m/versions", headers=headers, json={
-        "source": str(MODEL_SOURCE), "engine_args": engine_args})
-    assert created.status_code == 201, created.text
-    number: int = created.json()["number"]
-    return number
 
 
 def test_deploy_swap_fail_heal_remove(client: TestClient, writer: dict[str, str],

@@ -1,0 +1,68 @@
+"""Helpers shared by the deployment tests that drive real tritonserver nodes through the API."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import httpx
+from fastapi.testclient import TestClient
+
+from control_plane.triton.llm_client import GrpcStream
+from control_plane.triton.runtime import CACHE_DIR
+from control_plane.triton.server import TritonServer
+
+T = TypeVar("T")
+# The in-process app (TestClient) or a control plane running as its own process (httpx).
+Http = TestClient | httpx.Client
+
+MODEL_SOURCE = CACHE_DIR / "models" / "SmolLM2-135M-Instruct"
+ENGINE_ARGS = {"max_model_len": 512, "max_num_seqs": 3, "enforce_eager": True}
+LOAD_TIMEOUT = 300
+
+
+def wait_until(probe: Callable[[], T | None], what: str, timeout: float = LOAD_TIMEOUT,
+               interval: float = 0.25) -> T:
+    """Poll ``probe`` until it returns something other than None (or False) and return that."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value is not None and value is not False:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout:g} s")
+        time.sleep(interval)
+
+
+def finished(client: Http, headers: dict[str, str], started: Any) -> dict[str, Any]:
+    """The operation a 202 started, once it has succeeded or failed."""
+    assert started.status_code == 202, started.text
+    location = started.headers["Location"]
+
+    def outcome() -> dict[str, Any] | None:
+        operation: dict[str, Any] = client.get(location, headers=headers).json()
+        return operation if operation["status"] in ("succeeded", "failed") else None
+
+    return wait_until(outcome, f"the end of {location}")
+
+
+def generate(node: TritonServer, model: str = "m") -> str:
+    stream = GrpcStream(node.grpc_url, model)
+    try:
+        stream.submit("The capital of France is", {"max_tokens": 8, "temperature": 0})
+        result = stream.wait(120)
+    finally:
+        stream.close()
+    assert result.error is None and result.final, result
+    return result.text
+
+
+def register(client: Http, headers: dict[str, str], engine_args: dict[str, Any],
+             model: str = "m", triton_config: dict[str, Any] | None = None) -> int:
+    created = client.post(f"/api/v1/models/{model}/versions", headers=headers, json={
+        "source": str(MODEL_SOURCE), "engine_args": engine_args,
+        "triton_config": triton_config or {}})
+    assert created.status_code == 201, created.text
+    number: int = created.json()["number"]
+    return number

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -102,40 +103,55 @@ class Reconciler:
     def reconcile_once(self) -> list[NodeReport]:
         with transaction(self.session_factory) as session:
             node_ids = session.scalars(select(Deployment.node_id).distinct()).all()
-        reports = [self.reconcile_node(node_id) for node_id in sorted(node_ids)]
+        # Nodes side by side: a slow load on one (minutes for a large model) does not delay
+        # noticing that another one died.
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(node_ids))),
+                                thread_name_prefix="reconcile") as pool:
+            reports = list(pool.map(self.reconcile_node, sorted(node_ids)))
         self.passes += 1
         return reports
 
     def reconcile_node(self, node_id: int) -> NodeReport:
-        with self.actuator.node_lock(node_id):
-            desired, busy, endpoint = self._desired(node_id)
-            report = NodeReport(node=endpoint.name, reachable=False)
+        lock = self.actuator.node_lock(node_id)
+        # An operation acting on this node (a load can take minutes) must not hold up the other
+        # nodes: this pass skips it, and the operation triggers a new pass when it ends.
+        if not lock.acquire(blocking=False):
+            return NodeReport(node=f"#{node_id}", reachable=True,
+                              errors=["skipped: an operation is acting on the node"])
+        try:
+            return self._reconcile_locked(node_id)
+        finally:
+            lock.release()
+
+    def _reconcile_locked(self, node_id: int) -> NodeReport:
+        desired, busy, endpoint = self._desired(node_id)
+        report = NodeReport(node=endpoint.name, reachable=False)
+        try:
+            control = self.actuator.control_for(endpoint)
+        except ControlPlaneError as exc:
+            report.errors.append(exc.message)
+            self._record_down(node_id, exc.message, report)
+            return report
+        try:
+            ready = ready_versions(control)
+        except TritonControlError as exc:
+            report.errors.append(str(exc))
+            self._record_down(node_id, str(exc), report)
+            return report
+        finally:
+            close = getattr(control, "close", None)
+            if close is not None:
+                close()
+        report.reachable = True
+        report.plan = plan_node(desired, ready, busy)
+        for action in report.plan.actions:
             try:
-                control = self.actuator.control_for(endpoint)
+                self._act(action)
             except ControlPlaneError as exc:
                 report.errors.append(exc.message)
-                self._record_down(node_id, exc.message, report)
-                return report
-            try:
-                ready = ready_versions(control)
-            except TritonControlError as exc:
-                report.errors.append(str(exc))
-                self._record_down(node_id, str(exc), report)
-                return report
-            finally:
-                close = getattr(control, "close", None)
-                if close is not None:
-                    close()
-            report.reachable = True
-            report.plan = plan_node(desired, ready, busy)
-            for action in report.plan.actions:
-                try:
-                    self._act(action)
-                except ControlPlaneError as exc:
-                    report.errors.append(exc.message)
-                    log.warning("reconcile %s on node %s: %s", action, endpoint.name, exc.message)
-            self._record(node_id, NodeHealth.UP, "; ".join(report.errors), report)
-            return report
+                log.warning("reconcile %s on node %s: %s", action, endpoint.name, exc.message)
+        self._record(node_id, NodeHealth.UP, "; ".join(report.errors), report)
+        return report
 
     def _desired(self, node_id: int) -> tuple[list[Desired], set[int], NodeEndpoint]:
         with transaction(self.session_factory) as session:

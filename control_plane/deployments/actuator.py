@@ -139,6 +139,8 @@ class Actuator:
         control = self.control_for(endpoint)
         try:
             control.unload(name)
+            # Until Triton stops listing it as ready. Its engine stops seconds later still:
+            # Triton's API does not show that for a model loaded from config and files.
             deadline = time.monotonic() + self.unload_wait_s
             while name in ready_versions(control):
                 if time.monotonic() > deadline:

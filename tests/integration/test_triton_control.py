@@ -145,11 +145,18 @@ def test_metrics_count_inferences_per_model(control, node):
     try:
         infer_grpc(node, "metered", [0])
         infer_grpc(node, "metered", [0])
-        text = control.metrics()
+        counted = r'^nv_inference_count\{model="metered",version="1"\} 2$'
+        # Triton updates its counters just after a response is sent, so a loaded machine can
+        # read them a moment before the second inference is counted.
+        texts: list[str] = []
+
+        def counted_twice() -> bool:
+            texts.append(control.metrics())
+            return re.search(counted, texts[-1], re.MULTILINE) is not None
+
+        assert wait_until(counted_twice, timeout=10), texts[-1]
     finally:
         control.unload("metered")
-    counted = r'^nv_inference_count\{model="metered",version="1"\} 2$'
-    assert re.search(counted, text, re.MULTILINE), text
 
 
 def test_exception_in_initialize_is_load_rejected_with_the_backends_own_message(control):

@@ -19,9 +19,7 @@ import argparse
 import json
 import os
 import secrets
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -36,7 +34,15 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
-from bench.common import percentile, print_table, run_concurrently, write_results
+from bench.common import (
+    CONTROL_PLANE_CLI,
+    control_plane_cli,
+    free_port,
+    percentile,
+    print_table,
+    run_concurrently,
+    write_results,
+)
 from control_plane.triton.runtime import CACHE_DIR
 
 POSTGRES_SERVER_URL = os.environ.get(
@@ -48,7 +54,6 @@ GOAL = "read p99 under 25 ms on PostgreSQL on this machine"
 GOAL_P99_MS = 25.0
 GOAL_CONCURRENCY = 16
 # The console script next to the interpreter running the benchmark: the same virtual environment.
-CLI = Path(sys.executable).with_name("llm-control-plane")
 VERSION_BODY_ENGINE_ARGS = {"max_model_len": 512}
 # Kept in the JSON so a failing run shows what the server said, without flooding it.
 ERROR_SAMPLES = 5
@@ -105,22 +110,6 @@ def fresh_database(backend: str, directory: Path) -> Iterator[str]:
         server.dispose()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _cli(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([str(CLI), *args], env=env, capture_output=True, text=True, timeout=300,
-                          check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"llm-control-plane {' '.join(args)} exited {done.returncode}: "
-                           f"{done.stderr.strip()[-2000:]}")
-    return done.stdout
-
-
 @dataclass
 class Server:
     """A control plane serving in a subprocess, and the write token the benchmark uses."""
@@ -144,15 +133,15 @@ class Server:
 @contextmanager
 def control_plane(backend: str, database_url: str, source_root: Path) -> Iterator[Server]:
     """A migrated control plane serving on a free loopback port."""
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "LLMCP_DATABASE_URL": database_url, "LLMCP_HOST": "127.0.0.1",
            "LLMCP_PORT": str(port), "LLMCP_SOURCE_ROOTS": json.dumps([str(source_root)])}
-    _cli(env, "migrate")
-    token = _cli(env, "tokens", "create", "--name", "bench", "--scope", "write").strip()
+    control_plane_cli(env, "migrate")
+    token = control_plane_cli(env, "tokens", "create", "--name", "bench", "--scope", "write").strip()
     log_path = CACHE_DIR / "logs" / f"bench-admin-api-{backend}-server.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
-        process = subprocess.Popen([str(CLI), "serve"], env=env, stdout=log,
+        process = subprocess.Popen([str(CONTROL_PLANE_CLI), "serve"], env=env, stdout=log,
                                    stderr=subprocess.STDOUT)
         try:
             base_url = f"http://127.0.0.1:{port}"

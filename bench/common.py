@@ -6,6 +6,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -25,9 +27,10 @@ from control_plane.triton.model_config import (
     to_load_json,
 )
 from control_plane.triton.runtime import CACHE_DIR, PROJECT_ROOT
-from control_plane.triton.server import ENGINE_ENVIRONMENT, TritonServer
+from control_plane.triton.server import ENGINE_ENVIRONMENT, TritonServer, free_port
 
 RESULTS_DIR = PROJECT_ROOT / "bench" / "results"
+CONTROL_PLANE_CLI = Path(sys.executable).with_name("llm-control-plane")
 MODEL_DIR = PROJECT_ROOT / "model_repository" / "smollm2"
 PROMPTS = [
     "Write a short story about a lighthouse keeper.",
@@ -152,3 +155,16 @@ def write_results(name: str, data: dict[str, Any]) -> Path:
     path.write_text(json.dumps(payload, indent=2) + "\n")
     print(f"\nwrote {path}")
     return path
+
+
+def control_plane_cli(env: dict[str, str], *args: str) -> str:
+    """Run ``llm-control-plane <args>`` as an operator would; its stdout, or an error with stderr."""
+    done = subprocess.run([str(CONTROL_PLANE_CLI), *args], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"llm-control-plane {' '.join(args)} exited {done.returncode}: "
+                           f"{done.stderr.strip()[-2000:]}")
+    return done.stdout
+
+
+__all__ = ["control_plane_cli", "free_port"]

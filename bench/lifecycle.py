@@ -28,9 +28,7 @@ import json
 import os
 import re
 import secrets
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -43,7 +41,14 @@ from typing import Any, Self
 
 import httpx
 
-from bench.common import median, print_table, write_results
+from bench.common import (
+    CONTROL_PLANE_CLI,
+    control_plane_cli,
+    free_port,
+    median,
+    print_table,
+    write_results,
+)
 from control_plane.deployments.specs import VersionSpec
 from control_plane.triton.config_builder import load_request
 from control_plane.triton.grpc_control import TritonGrpcControl
@@ -60,7 +65,6 @@ KEY_VARIABLE = "LLMCP_BENCH_TRITON_KEY"
 ENGINE_ARGS = {"max_model_len": 512, "max_num_seqs": 3, "enforce_eager": True}
 # The second version differs only in what a swap may change without anyone noticing.
 ENGINE_ARGS_V2 = {**ENGINE_ARGS, "max_num_seqs": 4}
-CLI = Path(sys.executable).with_name("llm-control-plane")
 TIMEOUT_S = 300.0
 POLL_S = 0.05
 # How long a replaced version may take to drain and unload (~10-15 s here) before going on.
@@ -71,36 +75,20 @@ LOAD_SAMPLING = {"max_tokens": 24}
 ERROR_SAMPLES = 5
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _cli(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([str(CLI), *args], env=env, capture_output=True, text=True, timeout=300,
-                          check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"llm-control-plane {' '.join(args)} exited {done.returncode}: "
-                           f"{done.stderr.strip()[-2000:]}")
-    return done.stdout
-
-
 @contextmanager
 def control_plane(workdir: Path, key: str) -> Iterator[httpx.Client]:
     """A migrated control plane serving in a subprocess; yields an admin client of its API."""
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "LLMCP_DATABASE_URL": f"sqlite:///{workdir / 'control_plane.db'}",
            "LLMCP_HOST": "127.0.0.1", "LLMCP_PORT": str(port),
            "LLMCP_SOURCE_ROOTS": json.dumps([str(SOURCE_ROOT.resolve())]),
            "LLMCP_RECONCILE_INTERVAL_SECONDS": "1", KEY_VARIABLE: key}
-    _cli(env, "migrate")
-    token = _cli(env, "tokens", "create", "--name", "bench", "--scope", "admin").strip()
+    control_plane_cli(env, "migrate")
+    token = control_plane_cli(env, "tokens", "create", "--name", "bench", "--scope", "admin").strip()
     log_path = CACHE_DIR / "logs" / "bench-lifecycle-control-plane.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
-        process = subprocess.Popen([str(CLI), "serve"], env=env, stdout=log,
+        process = subprocess.Popen([str(CONTROL_PLANE_CLI), "serve"], env=env, stdout=log,
                                    stderr=subprocess.STDOUT)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False, timeout=60,

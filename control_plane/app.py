@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
 from sqlalchemy import Engine, text
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from control_plane.auth.routes import router as auth_router
 from control_plane.db import make_engine, make_session_factory
-from control_plane.error_handlers import error_responses, install_error_handlers
-from control_plane.leader import LeaderElection, LeaderLock
 from control_plane.deployments import service as deployments
 from control_plane.deployments import work as deployment_work
 from control_plane.deployments.actuator import Actuator
 from control_plane.deployments.reconciler import Reconciler
 from control_plane.deployments.routes import router as deployments_router
+from control_plane.error_handlers import error_responses, install_error_handlers
+from control_plane.leader import LeaderElection, LeaderLock
 from control_plane.nodes.routes import router as nodes_router
 from control_plane.operations.routes import router as operations_router
 from control_plane.operations.runner import OperationRunner
@@ -27,6 +29,37 @@ from control_plane.settings import Settings
 from control_plane.triton import config_builder, node_control
 
 REQUEST_ID_HEADER = "X-Request-ID"
+_REQUEST_ID_KEY = REQUEST_ID_HEADER.lower().encode("latin-1")
+MAX_REQUEST_ID_LENGTH = 128
+
+
+class RequestIdMiddleware:
+    """Gives every HTTP request an id (``request.state.request_id``) and every response the header.
+
+    A caller's id is kept so one id follows a request through proxies into the audit log. Plain
+    ASGI rather than ``@app.middleware("http")``, whose wrapper runs every request through an
+    extra task and memory stream."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        # ASGI servers hand header names over lower-cased.
+        given = next((value for key, value in scope["headers"] if key == _REQUEST_ID_KEY), b"")
+        # NUL is dropped: PostgreSQL cannot store it in the audit log.
+        request_id = given.decode("latin-1").replace("\x00", "")[:MAX_REQUEST_ID_LENGTH] or \
+            uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message)[REQUEST_ID_HEADER] = request_id
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
 
 
 def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
@@ -75,16 +108,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.state.elections = elections
     install_error_handlers(app)
 
-    @app.middleware("http")
-    async def assign_request_id(request: Request,
-                                call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        # A caller's id is kept so one id follows a request through proxies into the audit log.
-        # NUL is dropped: PostgreSQL cannot store it in the audit log.
-        request.state.request_id = request.headers.get(REQUEST_ID_HEADER, "").replace(
-            "\x00", "")[:128] or uuid.uuid4().hex
-        response = await call_next(request)
-        response.headers[REQUEST_ID_HEADER] = request.state.request_id
-        return response
+    app.add_middleware(RequestIdMiddleware)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

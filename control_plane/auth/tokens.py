@@ -48,8 +48,9 @@ def create_token(session: Session, actor: Actor, name: str, scope: Scope) -> Iss
 
 def authenticate(session: Session, secret: str, request_id: str | None) -> Actor:
     """The actor behind ``secret``, or Unauthorized."""
-    token = TokenRepository(session).get_by_hash(hash_secret(secret))
+    token = TokenRepository(session).name_and_scope_by_hash(hash_secret(secret))
     if token is None:
         raise Unauthorized("the API token is not valid; create one with "
                            "'llm-control-plane tokens create'")
-    return Actor(name=token.name, scope=Scope(token.scope), request_id=request_id)
+    name, scope = token
+    return Actor(name=name, scope=Scope(scope), request_id=request_id)

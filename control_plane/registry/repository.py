@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import func, select, update
+from pydantic_core import from_json
+from sqlalchemy import Dialect, Row, Text, bindparam, cast, func, select, update
 from sqlalchemy.orm import Session, joinedload
 from sqlalchemy.orm.exc import StaleDataError
+from sqlalchemy.types import TypeDecorator
 
 from control_plane.errors import PreconditionFailed
 from control_plane.registry.orm import AliasMove, Model, ModelAlias, ModelVersion, VersionState
@@ -65,6 +68,40 @@ class ModelRepository:
 _WITH_MODEL = joinedload(ModelVersion.model, innerjoin=True)
 
 
+class _JSONText(TypeDecorator[Any]):
+    """A JSON column (NOT NULL) read as text and decoded by pydantic-core, five times faster
+    than the drivers' json.loads: a page of 50 versions has 200 JSON documents to decode."""
+
+    impl = Text
+    cache_ok = True
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], Any]:
+        # The decoder itself, not process_result_value: no Python call per value.
+        return from_json
+
+
+def _json_read(column: Any) -> Any:
+    return cast(column, _JSONText).label(column.key)
+
+
+# A version's answer in VersionOut's field order, its model's name aside, for reads that only
+# serialize it.
+_VERSION_FIELDS = (ModelVersion.number, ModelVersion.source, _json_read(ModelVersion.engine_args),
+                   _json_read(ModelVersion.serving), _json_read(ModelVersion.triton_config),
+                   ModelVersion.checksum, ModelVersion.state, _json_read(ModelVersion.labels),
+                   ModelVersion.created_by, ModelVersion.created_at, ModelVersion.updated_at)
+
+# The statements of the version list, built once: building one per request and computing its cache
+# key cost as much CPU as executing it and reading 50 rows (SQLAlchemy memoizes the key per
+# statement object).
+_MODEL_ID = select(Model.id).where(Model.name == bindparam("model_name"))
+_OF_MODEL = ModelVersion.model_id == _MODEL_ID.scalar_subquery()
+_COUNT = select(func.count()).select_from(ModelVersion).where(_OF_MODEL)
+_PAGE = (select(*_VERSION_FIELDS, _COUNT.scalar_subquery().label("total")).where(_OF_MODEL)
+         .order_by(ModelVersion.number.desc())
+         .limit(bindparam("limit")).offset(bindparam("offset")))
+
+
 class VersionRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -87,6 +124,24 @@ class VersionRepository:
             select(ModelVersion).options(_WITH_MODEL).where(ModelVersion.model_id == model_id)
             .order_by(ModelVersion.number.desc()).limit(limit).offset(offset)).all()
         return page, total or 0
+
+    def page_of(self, model_name: str, limit: int, offset: int
+                ) -> tuple[Sequence[Row[Any]], int] | None:
+        """One page of the named model's versions as rows of _VERSION_FIELDS (then the total),
+        newest first, and the total count; None if there is no such model.
+
+        For reads that only serialize: plain rows cost a fraction of ORM objects, and model, count
+        and page come in one statement instead of three, each of which costs a round trip."""
+        # Through the connection: the session's ORM execution path is for entities.
+        connection = self.session.connection()
+        page = connection.execute(_PAGE, {"model_name": model_name, "limit": limit,
+                                          "offset": offset}).all()
+        if page:
+            return page, page[0].total
+        # An empty page: a missing model, one without versions, or an offset past the end.
+        if connection.scalar(_MODEL_ID, {"model_name": model_name}) is None:
+            return None
+        return page, (connection.scalar(_COUNT, {"model_name": model_name}) or 0) if offset else 0
 
     def add(self, version: ModelVersion) -> None:
         self.session.add(version)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
+from fastapi import Request
 from fastapi.testclient import TestClient
+from starlette.types import Message, Receive, Scope, Send
 
-from control_plane.app import create_app
+from control_plane.app import RequestIdMiddleware, create_app
 from control_plane.settings import Settings
 
 
@@ -20,6 +24,35 @@ def test_every_response_carries_a_request_id_and_keeps_the_callers(client: TestC
     assert len(client.get("/healthz").headers["X-Request-ID"]) == 32
     assert client.get("/healthz", headers={"X-Request-ID": "ci-42"}).headers["X-Request-ID"] == \
         "ci-42"
+
+
+def test_the_request_id_is_capped_and_on_error_answers_too(client: TestClient) -> None:
+    response = client.get("/api/v1/models", headers={"X-Request-ID": "r" * 200})
+    assert response.status_code == 401
+    assert response.headers["X-Request-ID"] == "r" * 128
+
+
+def test_the_request_id_loses_nul_and_reaches_the_endpoint() -> None:
+    # An HTTP client refuses to send NUL in a header, so the middleware is called as ASGI.
+    seen: dict[str, Any] = {}
+
+    async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+        seen["request_id"] = Request(scope).state.request_id
+        await send({"type": "http.response.start", "status": 200,
+                     "headers": [(b"x-request-id", b"set-by-the-endpoint")]})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def send(message: Message) -> None:
+        seen.setdefault("messages", []).append(message)
+
+    async def receive() -> Message:
+        return {"type": "http.request"}
+
+    scope = {"type": "http", "method": "GET", "path": "/", "headers": [
+        (b"x-request-id", b"a\x00b"), (b"x-request-id", b"second")]}
+    asyncio.run(RequestIdMiddleware(endpoint)(scope, receive, send))
+    assert seen["request_id"] == "ab"
+    assert seen["messages"][0]["headers"] == [(b"x-request-id", b"ab")]
 
 
 def test_unknown_route_uses_the_error_shape(client: TestClient) -> None:

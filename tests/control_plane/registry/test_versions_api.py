@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import update
+from sqlalchemy.orm import Session, sessionmaker
 
+from control_plane.db import transaction
+from control_plane.registry.orm import ModelVersion
+from control_plane.registry.serving import ServingSettings
 from control_plane.registry.sources import local_checksum
 
 VERSIONS = "/api/v1/models/m/versions"
@@ -82,6 +87,55 @@ def test_list_is_newest_first_and_paginated(client: TestClient, writer: dict[str
     page = client.get(VERSIONS, headers=writer, params={"limit": 2}).json()
     assert [v["number"] for v in page["items"]] == [3, 2]
     assert page["total"] == 3
+    rest = client.get(VERSIONS, headers=writer, params={"limit": 2, "offset": 2}).json()
+    assert ([v["number"] for v in rest["items"]], rest["total"]) == ([1], 3)
+    # Past the end the page is empty and still counts every version.
+    beyond = client.get(VERSIONS, headers=writer, params={"offset": 5}).json()
+    assert beyond == {"items": [], "total": 3, "limit": 50, "offset": 5}
+
+
+def test_list_of_a_model_without_versions_or_of_none(client: TestClient, writer: dict[str, str],
+                                                     model: str) -> None:
+    assert client.get(VERSIONS, headers=writer).json() == {
+        "items": [], "total": 0, "limit": 50, "offset": 0}
+    assert client.get(VERSIONS, headers=writer, params={"offset": 3}).json()["total"] == 0
+    missing = client.get("/api/v1/models/ghost/versions", headers=writer, params={"offset": 3})
+    assert missing.status_code == 404
+    assert missing.json() == {"error": "ModelNotFound", "detail": "model 'ghost' does not exist"}
+
+
+def test_listed_versions_are_what_each_version_answers(client: TestClient, writer: dict[str, str],
+                                                       model: str, source_root: Path) -> None:
+    # The list serializes stored rows without the response model; it must say the same.
+    weights = source_root / "m-listed"
+    weights.mkdir(exist_ok=True)
+    (weights / "model.safetensors").write_bytes(b"weights")
+    client.post(VERSIONS, headers=writer, json={"source": "hf://org/m"})
+    client.post(VERSIONS, headers=writer, json={
+        "source": str(weights), "engine_args": {"max_model_len": 2048, "dtype": "half"},
+        "serving": {"priority_levels": 4, "max_inflight_requests": 8,
+                    "priority_queue_policies": {"4": {"max_queue_size": 3}}},
+        "labels": {"commit": "abc123", "note": "ünïcode \"quoted\""}})
+    client.patch(f"{VERSIONS}/1", headers=writer, json={"state": "archived"})
+    listed = client.get(VERSIONS, headers=writer)
+    assert listed.headers["content-type"] == "application/json"
+    singles = [client.get(f"{VERSIONS}/{n}", headers=writer) for n in (2, 1)]
+    assert listed.json()["items"] == [single.json() for single in singles]
+    # Byte for byte, too: the same field order and number formatting as the response model's.
+    assert listed.content.startswith(b'{"items":[' + singles[0].content + b"," +
+                                     singles[1].content + b"]")
+
+
+def test_a_version_stored_before_serving_settings_lists_the_defaults(
+        client: TestClient, writer: dict[str, str], model: str,
+        session_factory: sessionmaker[Session]) -> None:
+    client.post(VERSIONS, headers=writer, json={"source": "hf://org/m"})
+    # What the migration that added the column left in versions registered before it.
+    with transaction(session_factory) as session:
+        session.execute(update(ModelVersion).values(serving={}))
+    listed = client.get(VERSIONS, headers=writer).json()["items"]
+    assert listed == [client.get(f"{VERSIONS}/1", headers=writer).json()]
+    assert listed[0]["serving"] == ServingSettings().model_dump(mode="json")
 
 
 @pytest.mark.parametrize("field,value", [

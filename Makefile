@@ -1,7 +1,7 @@
 # Two commands do all the set-up (each installs what is missing first, then reuses it):
 #   make serve   tritonserver + the demo LLM through our vLLM backend, ready for HTTP and gRPC
 #   make test    the whole test suite (what CI runs)
-.PHONY: setup serve test unit-test bench bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle
+.PHONY: setup serve test unit-test bench bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement
 
 PYTHON := .venv/bin/python
 
@@ -17,7 +17,7 @@ test: setup
 unit-test: setup
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/unit
 
-bench: bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle
+bench: bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement
 
 bench-overhead: setup
 	$(PYTHON) -m bench.overhead
@@ -33,3 +33,6 @@ bench-admin-api: setup
 
 bench-lifecycle: setup
 	$(PYTHON) -m bench.lifecycle
+
+bench-placement: setup
+	$(PYTHON) -m bench.placement

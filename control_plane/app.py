@@ -8,23 +8,29 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session, sessionmaker
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from control_plane.auth.routes import router as auth_router
-from control_plane.db import make_engine, make_session_factory
+from control_plane.db import make_engine, make_session_factory, transaction
 from control_plane.deployments import service as deployments
 from control_plane.deployments import work as deployment_work
 from control_plane.deployments.actuator import Actuator
 from control_plane.deployments.reconciler import Reconciler
 from control_plane.deployments.routes import router as deployments_router
 from control_plane.error_handlers import error_responses, install_error_handlers
+from control_plane.gpus.monitor import GpuMonitor
+from control_plane.gpus.readings import GpuInventory
 from control_plane.leader import LeaderElection, LeaderLock
+from control_plane.nodes.repository import NodeRepository
 from control_plane.nodes.routes import router as nodes_router
 from control_plane.operations.routes import router as operations_router
 from control_plane.operations.runner import OperationRunner
 from control_plane.registry import validation
 from control_plane.registry.routes import router as registry_router
+from control_plane.reservations.placer import Placer
+from control_plane.reservations.routes import router as placement_router
 from control_plane.settings import Settings
 from control_plane.triton import config_builder, node_control
 
@@ -62,6 +68,15 @@ class RequestIdMiddleware:
         await self.app(scope, receive, send_with_id)
 
 
+def node_inventories(session_factory: sessionmaker[Session], placer: Placer
+                     ) -> dict[str, GpuInventory]:
+    """Every node with a GPU inventory, read again at each poll: nodes come and go."""
+    with transaction(session_factory, read_only=True) as session:
+        nodes = NodeRepository(session).all()
+        return {node.name: inventory for node in nodes
+                if (inventory := placer.inventory(node)) is not None}
+
+
 def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
     """Wire settings, database, routes and error handling; the schema comes from migrations."""
     settings = settings or Settings()
@@ -71,7 +86,14 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     session_factory = make_session_factory(engine)
     runner = OperationRunner(session_factory)
     runner.register(validation.KIND, validation.make_work(settings.source_roots))
-    actuator = Actuator(session_factory, node_control.connect, config_builder.load_request)
+    placer = Placer(session_factory, headroom_fraction=settings.gpu_headroom_fraction,
+                    strategy=settings.placement_strategy)
+    gpu_monitor = GpuMonitor(lambda: node_inventories(session_factory, placer),
+                             interval_s=settings.gpu_poll_interval_seconds,
+                             history=settings.gpu_history)
+    monitor_users: list[None] = []
+    actuator = Actuator(session_factory, node_control.connect, config_builder.load_request,
+                        placer=placer)
     elections: list[LeaderElection] = []
     reconciler = Reconciler(actuator, interval_s=settings.reconcile_interval_seconds,
                             is_leader=lambda: bool(elections) and elections[-1].is_leader)
@@ -83,6 +105,10 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         runner.start()
+        # One monitor however many servers run this app (tests open several clients on one).
+        monitor_users.append(None)
+        if len(monitor_users) == 1:
+            gpu_monitor.start()
         if settings.reconciler_enabled:
             # Of several replicas on one database, only the elected one reconciles; the others
             # serve the API and take over when it dies (PostgreSQL advisory lock; a file lock
@@ -96,6 +122,9 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         if settings.reconciler_enabled:
             elections[-1].stop()
         reconciler.stop()
+        monitor_users.pop()
+        if not monitor_users:
+            gpu_monitor.stop()
         runner.shutdown()
         if owns_engine:
             engine.dispose()
@@ -105,6 +134,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.state.session_factory = session_factory
     app.state.operation_runner = runner
     app.state.reconciler = reconciler
+    app.state.placer = placer
+    app.state.gpu_monitor = gpu_monitor
     app.state.elections = elections
     install_error_handlers(app)
 
@@ -126,5 +157,6 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.include_router(nodes_router, prefix="/api/v1")
     app.include_router(deployments_router, prefix="/api/v1")
     app.include_router(operations_router, prefix="/api/v1")
+    app.include_router(placement_router, prefix="/api/v1")
     app.include_router(auth_router, prefix="/api/v1")
     return app

@@ -20,7 +20,8 @@ ControlPlaneError (500)
 │   ├── InvalidStateTransition
 │   ├── InvalidAliasTarget
 │   ├── InUseByDeployments
-│   └── OperationInProgress
+│   ├── OperationInProgress
+│   └── PlacementRefused
 ├── Unauthorized (401)
 ├── Forbidden (403)
 ├── PreconditionFailed (412)
@@ -130,6 +131,14 @@ class InUseByDeployments(Conflict):
 
 class OperationInProgress(Conflict):
     pass
+
+
+class PlacementRefused(Conflict):
+    """No GPU can take the engine; ``refusal`` names, per GPU, the rule that failed."""
+
+    def __init__(self, message: str, refusal: object = None) -> None:
+        super().__init__(message)
+        self.refusal = refusal
 
 
 class Unauthorized(ControlPlaneError):

@@ -13,7 +13,8 @@ from control_plane.idempotency import orm as idempotency_orm
 from control_plane.nodes import orm as nodes_orm
 from control_plane.operations import orm as operations_orm
 from control_plane.registry import orm as registry_orm
+from control_plane.reservations import orm as reservations_orm
 
 target_metadata = Base.metadata
 
-__all__ = ["auth_orm", "deployments_orm", "idempotency_orm", "nodes_orm", "operations_orm", "registry_orm", "target_metadata"]
+__all__ = ["auth_orm", "deployments_orm", "idempotency_orm", "nodes_orm", "operations_orm", "registry_orm", "reservations_orm", "target_metadata"]

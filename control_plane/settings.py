@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from control_plane.placement.model import Strategy
 from control_plane.triton.runtime import CACHE_DIR
 
 DEFAULT_DATABASE_PATH = CACHE_DIR / "control_plane.db"
@@ -29,5 +30,13 @@ class Settings(BaseSettings):
         default=10.0, gt=0, description="how often the reconciler checks every node unprompted")
     reconciler_enabled: bool = Field(
         default=True, description="false: this replica serves the API but never drives Triton")
+    gpu_headroom_fraction: float = Field(
+        default=0.05, ge=0, lt=1, description="share of each GPU's memory placement never books")
+    placement_strategy: Strategy = Field(
+        default=Strategy.BEST_FIT, description="best_fit packs GPUs; spread balances them")
+    gpu_poll_interval_seconds: float = Field(
+        default=5.0, gt=0, description="how often every node's GPUs are read")
+    gpu_history: int = Field(default=120, ge=1, le=100_000,
+                             description="readings kept per node (GET /nodes/{node}/gpus)")
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)

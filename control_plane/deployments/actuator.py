@@ -25,9 +25,12 @@ from control_plane.errors import (
     ControlPlaneError,
     DeploymentFailed,
     NodeUnavailable,
+    PlacementRefused,
     PreconditionFailed,
 )
+from control_plane.placement.model import Placement
 from control_plane.registry.repository import VersionRepository
+from control_plane.reservations.placer import Placer
 from control_plane.triton.protocol import (
     LoadRejected,
     NodeUnreachable,
@@ -39,10 +42,11 @@ log = logging.getLogger(__name__)
 
 
 class Renderer(Protocol):
-    """Builds ``load_model``'s config JSON and files for a version under a Triton model name
-    (``control_plane.triton.config_builder.load_request``)."""
+    """Builds ``load_model``'s config JSON and files for a version under a Triton model name,
+    placed as ``placement`` says (``control_plane.triton.config_builder.load_request``)."""
 
-    def __call__(self, triton_name: str, spec: VersionSpec) -> tuple[str, dict[str, bytes]]: ...
+    def __call__(self, triton_name: str, spec: VersionSpec, placement: Placement | None = None,
+                 simulated: bool = False) -> tuple[str, dict[str, bytes]]: ...
 
 
 ControlFactory = Callable[[NodeEndpoint], TritonControl]
@@ -50,10 +54,14 @@ ControlFactory = Callable[[NodeEndpoint], TritonControl]
 
 class Actuator:
     def __init__(self, session_factory: sessionmaker[Session], control_for: ControlFactory,
-                 render: Renderer, unload_wait_s: float = 120.0) -> None:
+                 render: Renderer, unload_wait_s: float = 120.0, placer: Placer | None = None
+                 ) -> None:
         self.session_factory = session_factory
         self.control_for = control_for
         self.render = render
+        # Without one (tests of the lifecycle alone), versions load with the config's own
+        # instance group and nothing is booked.
+        self.placer = placer
         self.unload_wait_s = unload_wait_s
         self._node_locks: dict[int, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -98,12 +106,26 @@ class Actuator:
             endpoint = NodeEndpoint(node.name, node.http_url, node.grpc_url, node.api_key_ref)
             name, previous = deployment.triton_name, deployment.serving_version
         try:
-            config_json, files = self.render(name, spec)
             control = self.control_for(endpoint)
         except ControlPlaneError as exc:
-            # Nothing reached the node (its key cannot be read, say): record why, leave LOADING.
+            # Nothing reached the node (its key cannot be read, say): record why.
             self._record_failed_load(deployment_id, None, name, number, previous, exc.message,
                                      actor)
+            raise
+        try:
+            booking = None if self.placer is None else self.placer.book(deployment_id, number)
+            config_json, files = self.render(
+                name, spec, None if booking is None else booking.placement,
+                booking is not None and booking.simulated)
+        except ControlPlaneError as exc:
+            # Not placed (no GPU has room) or not renderable: nothing reached the node, and the
+            # version it serves, if any, goes on serving.
+            self._record_failed_load(deployment_id, control, name, number, previous,
+                                     exc.message, actor)
+            _close(control)
+            if isinstance(exc, PlacementRefused):
+                raise DeploymentFailed(f"version {number} of '{spec.model}' was not placed on "
+                                       f"node '{endpoint.name}': {exc.message}") from exc
             raise
         try:
             control.load(name, config_json, files)
@@ -127,6 +149,9 @@ class Actuator:
                              serving_version=number, error=None)
             DeploymentRepository(session).record_node_health(deployment.node_id, NodeHealth.UP,
                                                              "")
+        if self.placer is not None:
+            self.placer.activate(deployment_id, number, None if booking is None
+                                 else booking.before)
 
     def unload(self, deployment_id: int, actor: str) -> None:
         """Unload the deployment's Triton model; Triton lets in-flight requests finish and our
@@ -172,6 +197,8 @@ class Actuator:
                 self._transition(session, deployment, DeploymentState.LOADING, actor)
             self._transition(session, deployment, DeploymentState.READY, actor,
                              serving_version=number, error=None)
+        if self.placer is not None:
+            self.placer.activate(deployment_id, number, None)
 
     def mark_unloaded(self, deployment_id: int, actor: str) -> None:
         with transaction(self.session_factory) as session:
@@ -180,6 +207,9 @@ class Actuator:
                 self._transition(session, deployment, DeploymentState.DRAINING, actor)
             self._transition(session, deployment, DeploymentState.UNLOADED, actor,
                              serving_version=None)
+        if self.placer is not None:
+            # Unloaded: the engine's memory is no longer ours to keep.
+            self.placer.release(deployment_id)
 
     # -- recording -----------------------------------------------------------------------------
 
@@ -222,6 +252,13 @@ class Actuator:
             else:
                 self._transition(session, deployment, DeploymentState.FAILED, actor,
                                  serving_version=None, error=error)
+        if self.placer is not None:
+            # A version that did not load keeps nothing booked; one that still serves keeps its
+            # own booking.
+            if not still_ready:
+                self.placer.release(deployment_id)
+            elif number != previous:
+                self.placer.release(deployment_id, only_version=number)
 
 
 def ready_versions(control: TritonControl) -> Mapping[str, set[int]]:

@@ -155,6 +155,11 @@ class Reconciler:
 
     def _desired(self, node_id: int) -> tuple[list[Desired], set[int], NodeEndpoint]:
         with transaction(self.session_factory) as session:
+            # Busy first: on PostgreSQL each statement sees the latest commits, so a swap that
+            # ended between reading the aliases and reading the busy set would leave its alias's
+            # old version looking desired and its deployment free, and the old version was loaded
+            # back. Read in this order, a swap that ends in between is still seen as busy.
+            busy = busy_deployment_ids(session)
             repository = DeploymentRepository(session)
             deployments = repository.on_node(node_id)
             aliases = AliasRepository(session)
@@ -168,7 +173,6 @@ class Reconciler:
                     version=alias.version.number, wanted=deployment.wanted,
                     state=DeploymentState(deployment.state),
                     serving_version=deployment.serving_version))
-            busy = busy_deployment_ids(session)
             node = deployments[0].node
             endpoint = NodeEndpoint(node.name, node.http_url, node.grpc_url, node.api_key_ref)
         return desired, busy, endpoint

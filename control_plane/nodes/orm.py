@@ -21,6 +21,10 @@ class TritonNode(Base):
     # Where the repository-API key lives (env:VAR or file:/path), never the key itself: the
     # database then holds nothing that opens a node.
     api_key_ref: Mapped[str | None] = mapped_column(String(512))
+    # Where the node's GPU readings come from (control_plane.gpus.sources); None: no GPUs.
+    gpu_inventory: Mapped[str | None] = mapped_column(String(600))
+    # GPU UUIDs an operator keeps out of placement (maintenance, a faulty card).
+    excluded_gpus: Mapped[list[str]] = mapped_column(JSON, default=list)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     revision: Mapped[int] = mapped_column(Integer)

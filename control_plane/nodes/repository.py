@@ -22,6 +22,9 @@ class NodeRepository:
             statement = statement.with_for_update()
         return self.session.scalars(statement).one_or_none()
 
+    def all(self) -> Sequence[TritonNode]:
+        return self.session.scalars(select(TritonNode).order_by(TritonNode.name)).all()
+
     def list(self, labels: Mapping[str, str], limit: int, offset: int
              ) -> tuple[Sequence[TritonNode], int]:
         conditions = [TritonNode.labels[key].as_string() == value for key, value in labels.items()]

@@ -15,6 +15,7 @@ from pydantic import (
     UrlConstraints,
 )
 
+from control_plane.gpus.sources import SPEC_PATTERN
 from control_plane.nodes.orm import TritonNode
 from control_plane.registry.schemas import MODEL_NAME_PATTERN, Labels
 
@@ -34,6 +35,13 @@ def _fits_column(url: AnyHttpUrl) -> AnyHttpUrl:
     return url
 
 
+GpuInventorySpec = Annotated[str, StringConstraints(pattern=SPEC_PATTERN)]
+GpuUuid = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9:._-]{0,95}$")]
+ExcludedGpus = Annotated[list[GpuUuid], Field(max_length=64)]
+_INVENTORY_HELP = ("where the node's GPU readings come from: nvml, metrics:<url of Triton's "
+                   "/metrics>, static:<file> or simulated:<file> (JSON/YAML); none: no GPUs")
+_EXCLUDED_HELP = "GPU UUIDs kept out of placement"
+
 NodeHttpUrl = Annotated[AnyHttpUrl, UrlConstraints(max_length=MAX_URL_LENGTH),
                         AfterValidator(_fits_column)]
 
@@ -49,6 +57,8 @@ class NodeCreate(_Input):
     labels: Labels = Field(default_factory=dict)
     api_key_ref: ApiKeyRef | None = Field(
         default=None, description="where the repository-API key is: env:VAR or file:/path")
+    gpu_inventory: GpuInventorySpec | None = Field(default=None, description=_INVENTORY_HELP)
+    excluded_gpus: ExcludedGpus = Field(default_factory=list, description=_EXCLUDED_HELP)
 
 
 class NodeUpdate(_Input):
@@ -56,6 +66,8 @@ class NodeUpdate(_Input):
     grpc_url: GrpcAddress | None = None
     labels: Labels | None = None
     api_key_ref: ApiKeyRef | None = None
+    gpu_inventory: GpuInventorySpec | None = Field(default=None, description=_INVENTORY_HELP)
+    excluded_gpus: ExcludedGpus | None = Field(default=None, description=_EXCLUDED_HELP)
 
 
 class NodeOut(BaseModel):
@@ -64,11 +76,15 @@ class NodeOut(BaseModel):
     grpc_url: str
     labels: dict[str, str]
     api_key_ref: str | None
+    gpu_inventory: str | None
+    excluded_gpus: list[str]
     created_at: datetime
     updated_at: datetime
 
     @classmethod
     def of(cls, node: TritonNode) -> NodeOut:
         return cls(name=node.name, http_url=node.http_url, grpc_url=node.grpc_url,
-                   labels=node.labels, api_key_ref=node.api_key_ref, created_at=node.created_at,
+                   labels=node.labels, api_key_ref=node.api_key_ref,
+                   gpu_inventory=node.gpu_inventory, excluded_gpus=node.excluded_gpus,
+                   created_at=node.created_at,
                    updated_at=node.updated_at)

@@ -31,7 +31,8 @@ def register_node(session: Session, actor: Actor, data: NodeCreate) -> TritonNod
     if repository.get_by_name(data.name) is not None:
         raise NodeAlreadyExists(data.name)
     node = TritonNode(name=data.name, http_url=str(data.http_url), grpc_url=data.grpc_url,
-                      labels=data.labels, api_key_ref=data.api_key_ref)
+                      labels=data.labels, api_key_ref=data.api_key_ref,
+                      gpu_inventory=data.gpu_inventory, excluded_gpus=data.excluded_gpus)
     try:
         repository.save(node)
     except IntegrityError as exc:  # a concurrent registration of the same name won the race
@@ -65,6 +66,10 @@ def update_node(session: Session, actor: Actor, name: str, data: NodeUpdate,
         node.labels = data.labels
     if data.api_key_ref is not None:
         node.api_key_ref = data.api_key_ref
+    if data.gpu_inventory is not None:
+        node.gpu_inventory = data.gpu_inventory
+    if data.excluded_gpus is not None:
+        node.excluded_gpus = data.excluded_gpus
     node.updated_at = utcnow()
     NodeRepository(session).save(node)
     audit.record(session, actor, "node.update", "node", name, before=before, after=_snapshot(node))

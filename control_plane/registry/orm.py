@@ -50,6 +50,11 @@ class ModelVersion(Base):
     serving: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     # Triton ModelConfig fields (JSON form) layered over the built config.
     triton_config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # ResourceSettings with every default written out (device, replicas, memory overrides).
+    resources: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # What placement's memory estimate needs from the files (weights, KV size per token), read
+    # at registration; {"unavailable": why} when they could not be read (a remote source).
+    model_profile: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # sha256 over a local source's files; remote sources are checked when they are fetched.
     checksum: Mapped[str | None] = mapped_column(String(64))
     # A plain string column rather than a database enum: adding a state later is then a code

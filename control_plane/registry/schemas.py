@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from control_plane.labels import LABEL_KEY_PATTERN, NO_NUL_PATTERN
 from control_plane.registry.orm import AliasMove, Model, ModelAlias, ModelVersion, VersionState
+from control_plane.registry.resources import ResourceSettings
 from control_plane.registry.serving import ServingSettings
 
 # The name becomes a Triton model name and a directory name, so nothing that could reach a path.
@@ -63,6 +64,9 @@ class VersionCreate(_Input):
         description="Triton ModelConfig fields (JSON form) layered over the built config, e.g. "
                     "{\"parameters\": {\"batcher_wakeup\": {\"string_value\": \"false\"}}}; "
                     "the interface, instance groups and the serving settings' fields are refused")
+    resources: ResourceSettings = Field(
+        default_factory=ResourceSettings,
+        description="device, engines per node and memory overrides for placement")
     labels: Labels = Field(default_factory=dict)
 
 
@@ -80,6 +84,10 @@ class VersionOut(BaseModel):
     engine_args: dict[str, Any]
     serving: ServingSettings
     triton_config: dict[str, Any]
+    resources: ResourceSettings
+    model_profile: dict[str, Any] | None = Field(
+        description="what the memory estimate reads from the files (weights, KV cache per "
+                    "token), measured at registration; or why it could not be")
     checksum: str | None
     state: VersionState
     labels: dict[str, str]
@@ -92,7 +100,9 @@ class VersionOut(BaseModel):
         return cls(model=version.model.name, number=version.number, source=version.source,
                    engine_args=version.engine_args,
                    serving=ServingSettings.model_validate(version.serving),
-                   triton_config=version.triton_config, checksum=version.checksum,
+                   triton_config=version.triton_config,
+                   resources=ResourceSettings.model_validate(version.resources),
+                   model_profile=version.model_profile, checksum=version.checksum,
                    state=VersionState(version.state), labels=version.labels,
                    created_by=version.created_by, created_at=version.created_at,
                    updated_at=version.updated_at)
@@ -107,11 +117,15 @@ class VersionOut(BaseModel):
             # Versions registered before serving settings were stored in full hold {} (the
             # migration's default): they serve with the current defaults, so they show them.
             fields["serving"] = ServingSettings.model_validate(fields["serving"])
+        if fields["resources"].keys() != _RESOURCE_FIELDS:
+            # Likewise for resources, which came later still.
+            fields["resources"] = ResourceSettings.model_validate(fields["resources"])
         return fields
 
 
 _VERSION_OUT_FIELDS = tuple(VersionOut.model_fields)
 _SERVING_FIELDS = frozenset(ServingSettings.model_fields)
+_RESOURCE_FIELDS = frozenset(ResourceSettings.model_fields)
 
 
 class AliasMoveRequest(_Input):

@@ -14,6 +14,7 @@ from control_plane.auth.scopes import Actor
 from control_plane.concurrency import check_if_match, etag
 from control_plane.db import utcnow
 from control_plane.errors import (
+    InvalidRequest,
     InvalidStateTransition,
     ModelAlreadyExists,
     ModelInUse,
@@ -21,9 +22,11 @@ from control_plane.errors import (
     PreconditionFailed,
     VersionNotFound,
 )
+from control_plane.placement.profile import profile_model_dir
 from control_plane.registry.engine_args import check_engine_args
 from control_plane.registry.orm import Model, ModelVersion, VersionState
 from control_plane.registry.repository import AliasRepository, ModelRepository, VersionRepository
+from control_plane.registry.resources import ResourceSettings
 from control_plane.registry.schemas import (
     ModelCreate,
     ModelOut,
@@ -33,7 +36,7 @@ from control_plane.registry.schemas import (
     VersionUpdate,
 )
 from control_plane.registry.serving import ServingSettings
-from control_plane.registry.sources import check_source
+from control_plane.registry.sources import CheckedSource, check_source
 
 
 class VersionConfigCheck(Protocol):
@@ -134,18 +137,41 @@ def register_version(session: Session, actor: Actor, model_name: str, data: Vers
     check_engine_args(data.engine_args, engine_arg_names)
     # Cheap checks first: the source check may read (and checksum) every file of a local model.
     config_check(model_name, data.serving, data.triton_config, data.engine_args, data.source)
+    check_resources(data.resources, data.engine_args)
     source = check_source(data.source, source_roots)
     model = get_model(session, model_name, for_update=True)
     versions = VersionRepository(session)
     version = ModelVersion(model=model, number=versions.next_number(model.id), source=source.uri,
                            engine_args=data.engine_args,
                            serving=data.serving.model_dump(mode="json"),
-                           triton_config=data.triton_config, checksum=source.checksum,
+                           triton_config=data.triton_config,
+                           resources=data.resources.model_dump(mode="json"),
+                           model_profile=profile_of(source), checksum=source.checksum,
                            labels=data.labels, created_by=actor.name)
     versions.add(version)
     audit.record(session, actor, "version.register", "version", _version_target(version),
                  after=_snapshot_version(version))
     return version
+
+
+def check_resources(resources: ResourceSettings, engine_args: Mapping[str, Any]) -> None:
+    tensor_parallel = engine_args.get("tensor_parallel_size", 1)
+    if resources.replicas > 1 and isinstance(tensor_parallel, int) and tensor_parallel > 1:
+        # Triton has no way to give each KIND_MODEL instance its own GPUs.
+        raise InvalidRequest(f"resources.replicas {resources.replicas} with tensor_parallel_size "
+                             f"{tensor_parallel}: a tensor-parallel version runs one engine per "
+                             "node; deploy its alias on more nodes for more engines")
+
+
+def profile_of(source: CheckedSource) -> dict[str, Any]:
+    """What the memory estimate needs from a local source's files, or why it is missing."""
+    if source.checksum is None:
+        return {"unavailable": f"'{source.uri}' is remote: its files are not read at "
+                               "registration"}
+    try:
+        return profile_model_dir(Path(source.uri)).to_dict()
+    except ValueError as exc:
+        return {"unavailable": str(exc)}
 
 
 def get_version(session: Session, model_name: str, number: int) -> ModelVersion:

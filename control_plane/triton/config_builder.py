@@ -19,6 +19,7 @@ from tritonclient.grpc import model_config_pb2
 
 from control_plane.deployments.specs import VersionSpec
 from control_plane.errors import InvalidTritonConfig
+from control_plane.placement.model import Device, Placement
 from control_plane.registry.serving import QueuePolicy, ServingSettings
 from llm_backend.settings import SettingsError, settings_from
 
@@ -194,8 +195,53 @@ def check(name: str, serving: ServingSettings, overrides: Mapping[str, Any],
     return config
 
 
-def load_request(triton_name: str, spec: VersionSpec) -> tuple[str, dict[str, bytes]]:
-    """``load_model``'s config JSON and files for one registry version under ``triton_name``.
+def instance_groups(placement: Placement | None, simulated: bool = False
+                    ) -> list[model_config_pb2.ModelInstanceGroup]:
+    """The instance groups of a placed engine.
+
+    One GPU per engine: ``KIND_GPU`` listing the GPUs, one instance (engine) on each. Several
+    GPUs per engine (tensor parallelism): ``KIND_MODEL``, one instance that vLLM spreads over
+    the GPUs the backend pins it to. The CPU: ``KIND_CPU``. On a simulated node Triton has no
+    GPUs and refuses ``KIND_GPU``, so the engines become ``KIND_MODEL`` instances and the
+    decision stays in the config's parameters."""
+    group = model_config_pb2.ModelInstanceGroup
+    if placement is None:
+        return [group(count=1, kind=group.KIND_MODEL)]
+    engines = len(placement.engines)
+    if placement.device == Device.CPU:
+        return [group(count=engines, kind=group.KIND_CPU)]
+    if simulated:
+        return [group(count=engines, kind=group.KIND_MODEL)]
+    if placement.tensor_parallel_size == 1:
+        return [group(count=1, kind=group.KIND_GPU, gpus=list(placement.gpus))]
+    return [group(count=1, kind=group.KIND_MODEL)]
+
+
+def apply_placement(config: model_config_pb2.ModelConfig, engine_args: dict[str, Any],
+                    placement: Placement | None, simulated: bool = False) -> None:
+    """Write a placement into the config and the engine arguments."""
+    del config.instance_group[:]
+    config.instance_group.extend(instance_groups(placement, simulated))
+    if placement is None or placement.device != Device.GPU:
+        return
+    # The backend pins the engine to these GPUs; shown in Triton's config API either way.
+    config.parameters["placement_gpus"].string_value = ";".join(
+        ",".join(str(index) for index in engine) for engine in placement.engines)
+    utilization = placement.gpu_memory_utilization
+    if utilization is not None:
+        config.parameters["gpu_memory_utilization"].string_value = str(utilization)
+    if simulated:
+        config.parameters["placement_simulated"].string_value = "true"
+        return
+    if utilization is not None:
+        # vLLM sizes itself to this fraction of each GPU: what placement booked.
+        engine_args["gpu_memory_utilization"] = utilization
+
+
+def load_request(triton_name: str, spec: VersionSpec, placement: Placement | None = None,
+                 simulated: bool = False) -> tuple[str, dict[str, bytes]]:
+    """``load_model``'s config JSON and files for one registry version under ``triton_name``,
+    placed as ``placement`` says.
 
     Triton's version directory is the registry's version number and the config names only that
     version, so loading another version under the same name is a config change: Triton loads it
@@ -207,5 +253,6 @@ def load_request(triton_name: str, spec: VersionSpec) -> tuple[str, dict[str, by
     # keeps every config distinct.
     config.parameters["registry_version"].string_value = f"{spec.model}/{spec.number}"
     engine_args = {**spec.engine_args, "model": spec.source, "served_model_name": triton_name}
+    apply_placement(config, engine_args, placement, simulated)
     files = {f"file:{spec.number}/model.json": json.dumps(engine_args, indent=2).encode()}
     return json_format.MessageToJson(config, preserving_proto_field_name=True), files

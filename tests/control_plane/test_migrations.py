@@ -14,7 +14,8 @@ from control_plane.metadata import target_metadata
 from tests.control_plane.conftest import fresh_database
 
 TABLES = {"alias_moves", "api_tokens", "audit_events", "idempotency_keys", "model_aliases",
-          "deployments", "models", "model_versions", "node_status", "operations", "triton_nodes"}
+          "deployments", "gpu_reservations", "models", "model_versions", "node_status", "operations",
+          "triton_nodes"}
 
 
 def _tables(url: str) -> set[str]:

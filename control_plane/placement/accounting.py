@@ -1,0 +1,111 @@
+"""How much memory a GPU can still be booked for: the arithmetic every filter and scorer shares.
+
+Per GPU, matched to its reservations by ``(node, gpu_uuid)``::
+
+    usable   = floor(total x (1 - headroom_fraction))
+    booked   = sum of every reservation on the GPU (ours, loaded or not)
+    foreign  = max(0, used - sum of the reservations on it with active=True)
+    bookable = usable - booked - foreign
+
+``booked`` counts reservations whose engine has not loaded yet: the memory is promised even though
+``used`` does not show it. ``foreign`` is memory in use that is none of our loaded engines (another
+process, a leaked context); our active engines are already in ``booked``, so subtracting them from
+``used`` keeps them from being counted twice.
+
+An engine is booked for what vLLM will really take: vLLM sizes itself from
+``gpu_memory_utilization``, a fraction of the GPU's total memory, so a booking is
+``ceil(utilization x total)`` with the utilization rounded up to 4 decimals.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import NamedTuple
+
+from control_plane.gpus.readings import GpuReading
+from control_plane.placement.model import Reservation
+
+GIB = 2**30
+# gpu_memory_utilization is rounded up to 4 decimals (8 MiB on an 80 GiB GPU): short enough to
+# read in a config, fine enough to waste little.
+_UTILIZATION_SCALE = 10_000
+
+
+class GpuBook(NamedTuple):
+    """The reservations on one GPU, added up, as one request sees them."""
+
+    booked: int = 0
+    active: int = 0
+    # The GPU already holds an engine of the request's holder (what anti-affinity refuses).
+    holds_holder: bool = False
+
+
+# Every GPU with no reservation.
+EMPTY_BOOK = GpuBook()
+
+
+class Ledger:
+    """The reservations added up per ``(node, gpu_uuid)``, for a request of ``holder``."""
+
+    # Built on every decision over a few thousand reservations, so kept to plain dicts of ints:
+    # half the time of per-GPU objects, and nothing the garbage collector has to keep tracking
+    # (a full collection in a large process costs tens of milliseconds).
+    def __init__(self, reservations: Sequence[Reservation], holder: str) -> None:
+        booked: dict[tuple[str, str], int] = {}
+        active: dict[tuple[str, str], int] = {}
+        get_booked, get_active = booked.get, active.get
+        for reservation in reservations:
+            key = (reservation.node, reservation.gpu_uuid)
+            booked[key] = get_booked(key, 0) + reservation.bytes
+            if reservation.active:
+                active[key] = get_active(key, 0) + reservation.bytes
+        self._booked, self._active = booked, active
+        self._held = {(r.node, r.gpu_uuid) for r in reservations if r.holder == holder}
+
+    def book(self, node: str, gpu_uuid: str) -> GpuBook:
+        key = (node, gpu_uuid)
+        booked = self._booked.get(key)
+        if booked is None:
+            return EMPTY_BOOK
+        return GpuBook(booked, self._active.get(key, 0), key in self._held)
+
+
+def usable_bytes(total: int, headroom_fraction: float) -> int:
+    return math.floor(total * (1.0 - headroom_fraction))
+
+
+def foreign_bytes(used: int, book: GpuBook) -> int:
+    return max(0, used - book.active)
+
+
+def utilization_for(bytes_per_gpu: int, total: int) -> float:
+    """vLLM's ``gpu_memory_utilization`` giving at least ``bytes_per_gpu`` of ``total``."""
+    # Integer ceiling first: a float division could round 0.30000001 down to 0.3.
+    return -(-bytes_per_gpu * _UTILIZATION_SCALE // total) / _UTILIZATION_SCALE
+
+
+def booking_bytes(utilization: float, total: int) -> int:
+    """What vLLM takes on a GPU of ``total`` bytes at ``utilization``, computed as vLLM does."""
+    return math.ceil(total * utilization)
+
+
+@lru_cache(maxsize=1024)
+def engine_fit(bytes_per_gpu: int, headroom_fraction: float, total: int) -> tuple[int, int]:
+    """``(booking, usable)`` of an engine on a GPU of ``total`` bytes: the same for every GPU of
+    a size, so cached (placement asks it for each of a thousand GPUs of four sizes)."""
+    return (booking_bytes(utilization_for(bytes_per_gpu, total), total),
+            usable_bytes(total, headroom_fraction))
+
+
+def gib(value: float) -> str:
+    return f"{value / GIB:.1f} GiB"
+
+
+def gpu_memory(gpu: GpuReading) -> tuple[int, int] | None:
+    """``(total, used)`` when both were read and the total is positive, else None."""
+    total, used = gpu.memory_total_bytes, gpu.memory_used_bytes
+    if total is None or used is None or total <= 0:
+        return None
+    return total, used

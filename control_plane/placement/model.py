@@ -1,0 +1,107 @@
+"""What placement decides over and what it answers: plain values, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from control_plane.gpus.readings import GpuReading
+
+
+class Device(StrEnum):
+    GPU = "gpu"
+    CPU = "cpu"
+
+
+class Strategy(StrEnum):
+    # Fill the GPU that will have the least memory left: keeps whole GPUs free for big engines.
+    BEST_FIT = "best_fit"
+    # Use the GPU that will have the most memory left: less contention between engines.
+    SPREAD = "spread"
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One node as placement sees it: its latest readings, or why there are none."""
+
+    name: str
+    gpus: tuple[GpuReading, ...] = ()
+    # Set when the inventory could not be read; the node is then refused as a whole.
+    error: str | None = None
+    # GPUs (by UUID) an operator took out of placement.
+    excluded_gpus: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Memory booked on one GPU for one engine of one deployment version."""
+
+    node: str
+    gpu_uuid: str
+    bytes: int
+    # Who holds it, "<model>/<alias>@<node>:v<number>": the replicas of one deployment version
+    # share a holder, which is what anti-affinity keeps apart.
+    holder: str
+    # The engine is loaded, so its memory is already part of the GPU's "used" reading.
+    active: bool = False
+
+
+@dataclass(frozen=True)
+class PlacementRequest:
+    holder: str
+    device: Device
+    # What one engine needs on each of its GPUs (the estimate divided by tensor parallelism).
+    bytes_per_gpu: int
+    tensor_parallel_size: int = 1
+    # Engines of this deployment version on one node, each on its own GPUs (anti-affinity).
+    replicas: int = 1
+    # Only these nodes (a deployment names its node); None: any node.
+    nodes: tuple[str, ...] | None = None
+    # Fraction of each GPU's total memory never booked: CUDA context, fragmentation, other users.
+    headroom_fraction: float = 0.05
+    strategy: Strategy = Strategy.BEST_FIT
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why one GPU (or, with no GPU named, one whole node) was not used."""
+
+    node: str
+    rule: str
+    detail: str
+    gpu_index: int | None = None
+    gpu_uuid: str | None = None
+
+
+@dataclass(frozen=True)
+class Placement:
+    node: str
+    device: Device
+    # One tuple of GPU indexes per engine (replica); empty for the CPU.
+    engines: tuple[tuple[int, ...], ...]
+    tensor_parallel_size: int
+    # vLLM's gpu_memory_utilization for each engine: a fraction of the whole GPU, set so that the
+    # engines on one GPU sum to what the GPU can hold. None on the CPU.
+    gpu_memory_utilization: float | None
+    # What to book, one per (engine, GPU).
+    reservations: tuple[Reservation, ...]
+    score: float = 0.0
+    # GPUs considered and passed over, and why: shown by the preview.
+    passed_over: tuple[Verdict, ...] = ()
+
+    @property
+    def gpus(self) -> tuple[int, ...]:
+        return tuple(index for engine in self.engines for index in engine)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    summary: str
+    # Every GPU (and node) considered, with the rule it failed; never empty.
+    verdicts: tuple[Verdict, ...] = field(default_factory=tuple)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary,
+                "verdicts": [{"node": v.node, "gpu_index": v.gpu_index, "gpu_uuid": v.gpu_uuid,
+                              "rule": v.rule, "detail": v.detail} for v in self.verdicts]}

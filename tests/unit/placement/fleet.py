@@ -1,0 +1,57 @@
+"""Small builders for GPU readings, nodes, reservations and requests used by the placement tests."""
+
+from __future__ import annotations
+
+from control_plane.gpus.readings import GpuHealth, GpuReading
+from control_plane.placement.model import (
+    Device,
+    NodeView,
+    PlacementRequest,
+    Reservation,
+    Strategy,
+)
+
+GIB = 2**30
+HOLDER = "chat/prod@a:v1"
+
+
+def gib(value: float) -> int:
+    return int(value * GIB)
+
+
+def gpu(index: int = 0, total: float = 80, used: float = 0, *, node: str = "a",
+        health: GpuHealth = GpuHealth.OK, detail: str = "", name: str = "H100") -> GpuReading:
+    """A reading with sizes in GiB and the UUID ``GPU-<node>-<index>``."""
+    return GpuReading(index=index, uuid=uuid(node, index), name=name,
+                      memory_total_bytes=gib(total), memory_used_bytes=gib(used),
+                      memory_free_bytes=gib(total - used), health=health, detail=detail)
+
+
+def uuid(node: str, index: int) -> str:
+    return f"GPU-{node}-{index}"
+
+
+def node(name: str, totals: list[float], used: list[float] | None = None, *,
+         error: str | None = None, excluded: tuple[int, ...] = ()) -> NodeView:
+    """A node whose GPU ``i`` has ``totals[i]`` GiB, ``used[i]`` GiB of it in use."""
+    used = used or [0] * len(totals)
+    return NodeView(name=name,
+                    gpus=tuple(gpu(i, total, u, node=name)
+                               for i, (total, u) in enumerate(zip(totals, used, strict=True))),
+                    error=error, excluded_gpus=frozenset(uuid(name, i) for i in excluded))
+
+
+def booked(node_name: str, index: int, size: float, *, holder: str = "other/prod@a:v1",
+           active: bool = False) -> Reservation:
+    return Reservation(node=node_name, gpu_uuid=uuid(node_name, index), bytes=gib(size),
+                       holder=holder, active=active)
+
+
+def request(size: float = 20, *, tp: int = 1, replicas: int = 1,
+            nodes: tuple[str, ...] | None = None, headroom: float = 0.05,
+            strategy: Strategy = Strategy.BEST_FIT, device: Device = Device.GPU,
+            holder: str = HOLDER) -> PlacementRequest:
+    """A request for engines of ``size`` GiB per GPU."""
+    return PlacementRequest(holder=holder, device=device, bytes_per_gpu=gib(size),
+                            tensor_parallel_size=tp, replicas=replicas, nodes=nodes,
+                            headroom_fraction=headroom, strategy=strategy)

@@ -47,11 +47,13 @@ EMPTY_BOOK = GpuBook()
 
 
 class Ledger:
-    """The reservations added up per ``(node, gpu_uuid)``, for a request of ``holder``."""
+    """The reservations added up per GPU (matched by node and UUID), for a request of ``holder``."""
 
-    # Built on every decision over a few thousand reservations, so kept to plain dicts of ints:
-    # half the time of per-GPU objects, and nothing the garbage collector has to keep tracking
-    # (a full collection in a large process costs tens of milliseconds).
+    # Built on every decision over a few thousand reservations and read for every GPU of the
+    # fleet: plain dicts of numbers while adding up, then one immutable GpuBook per booked GPU,
+    # filed by node so a GPU costs one look-up. Tuples of numbers are objects the garbage
+    # collector stops tracking, so a decision leaves nothing behind that brings on full
+    # collections (tens of milliseconds in a large process).
     def __init__(self, reservations: Sequence[Reservation], holder: str) -> None:
         booked: dict[tuple[str, str], int] = {}
         active: dict[tuple[str, str], int] = {}
@@ -61,15 +63,21 @@ class Ledger:
             booked[key] = get_booked(key, 0) + reservation.bytes
             if reservation.active:
                 active[key] = get_active(key, 0) + reservation.bytes
-        self._booked, self._active = booked, active
-        self._held = {(r.node, r.gpu_uuid) for r in reservations if r.holder == holder}
+        held = {(r.node, r.gpu_uuid) for r in reservations if r.holder == holder}
+        self._nodes: dict[str, dict[str, GpuBook]] = {}
+        for key, total in booked.items():
+            self._nodes.setdefault(key[0], {})[key[1]] = GpuBook(total, get_active(key, 0),
+                                                                  key in held)
+
+    def node(self, name: str) -> dict[str, GpuBook]:
+        """The books of a node's GPUs by UUID; GPUs with no reservation are absent."""
+        return self._nodes.get(name, _NO_BOOKS)
 
     def book(self, node: str, gpu_uuid: str) -> GpuBook:
-        key = (node, gpu_uuid)
-        booked = self._booked.get(key)
-        if booked is None:
-            return EMPTY_BOOK
-        return GpuBook(booked, self._active.get(key, 0), key in self._held)
+        return self.node(node).get(gpu_uuid, EMPTY_BOOK)
+
+
+_NO_BOOKS: dict[str, GpuBook] = {}
 
 
 def usable_bytes(total: int, headroom_fraction: float) -> int:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import httpx
+import pytest
 from fastapi.testclient import TestClient
 
 from control_plane.triton.llm_client import GrpcStream
@@ -20,6 +22,31 @@ Http = TestClient | httpx.Client
 MODEL_SOURCE = CACHE_DIR / "models" / "SmolLM2-135M-Instruct"
 ENGINE_ARGS = {"max_model_len": 512, "max_num_seqs": 3, "enforce_eager": True}
 LOAD_TIMEOUT = 300
+
+
+def repository_key_in(variable: str) -> Iterator[str]:
+    """A fresh repository-API key, in environment variable ``variable`` while the caller runs
+    (the control plane reads it from there through a node's ``api_key_ref``)."""
+    key = secrets.token_urlsafe(24)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(variable, key)
+        yield key
+
+
+def running_nodes(tmp_path_factory: pytest.TempPathFactory, names: Sequence[str], key: str,
+                  log_prefix: str) -> Iterator[dict[str, TritonServer]]:
+    """tritonserver nodes with empty repositories locked to ``key``, stopped afterwards."""
+    nodes = {name: TritonServer(tmp_path_factory.mktemp(f"{name}-repository"),
+                                repository_key=key,
+                                log_path=CACHE_DIR / "logs" / f"{log_prefix}-{name}.log")
+             for name in names}
+    try:
+        for node in nodes.values():
+            node.start()
+        yield nodes
+    finally:
+        for node in nodes.values():
+            node.stop()
 
 
 def wait_until(probe: Callable[[], T | None], what: str, timeout: float = LOAD_TIMEOUT,

@@ -12,7 +12,6 @@ The measured times are printed (pytest -s).
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -41,6 +40,8 @@ from tests.control_plane.deployments.support import (
     finished,
     generate,
     register,
+    repository_key_in,
+    running_nodes,
     wait_until,
 )
 
@@ -72,27 +73,14 @@ def note(message: str) -> None:
 @pytest.fixture(scope="module")
 def repository_key() -> Iterator[str]:
     """The key both nodes lock their repository API to; the control plane reads it from env."""
-    key = secrets.token_urlsafe(24)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(KEY_VARIABLE, key)
-        yield key
+    yield from repository_key_in(KEY_VARIABLE)
 
 
 @pytest.fixture(scope="module")
 def triton_nodes(tmp_path_factory: pytest.TempPathFactory, repository_key: str
                  ) -> Iterator[dict[str, TritonServer]]:
     """Two tritonserver nodes with empty repositories, shared by the module's tests."""
-    nodes = {name: TritonServer(tmp_path_factory.mktemp(f"{name}-repository"),
-                                repository_key=repository_key,
-                                log_path=CACHE_DIR / "logs" / f"test-faults-{name}.log")
-             for name in NODE_NAMES}
-    try:
-        for node in nodes.values():
-            node.start()
-        yield nodes
-    finally:
-        for node in nodes.values():
-            node.stop()
+    yield from running_nodes(tmp_path_factory, NODE_NAMES, repository_key, "test-faults")
 
 
 def served(node: TritonServer, key: str) -> dict[str, set[int]]:

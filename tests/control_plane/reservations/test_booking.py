@@ -8,7 +8,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
@@ -215,7 +214,8 @@ def test_two_bookings_at_once_never_double_book_a_gpu(
         barrier = threading.Barrier(2)
         outcomes: list[object] = []
 
-        def race(deployment_id: int) -> None:
+        def race(deployment_id: int, barrier: threading.Barrier = barrier,
+                 outcomes: list[object] = outcomes) -> None:
             barrier.wait()
             try:
                 outcomes.append(placer.book(deployment_id, 1))

@@ -10,7 +10,6 @@ in test_booking.py; each load here costs ~30 s of vLLM start-up.
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,8 @@ from tests.control_plane.deployments.support import (
     MODEL_SOURCE,
     finished,
     generate,
+    repository_key_in,
+    running_nodes,
 )
 
 pytestmark = [pytest.mark.integration,
@@ -49,26 +50,14 @@ def inventory_file(directory: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def repository_key() -> Iterator[str]:
-    key = secrets.token_urlsafe(24)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(KEY_VARIABLE, key)
-        yield key
+    yield from repository_key_in(KEY_VARIABLE)
 
 
 @pytest.fixture(scope="module")
 def triton_nodes(tmp_path_factory: pytest.TempPathFactory, repository_key: str
                  ) -> Iterator[dict[str, TritonServer]]:
-    nodes = {name: TritonServer(tmp_path_factory.mktemp(f"{name}-repository"),
-                                repository_key=repository_key,
-                                log_path=CACHE_DIR / "logs" / f"test-placement-{name}.log")
-             for name in ("gpu-a", "gpu-b")}
-    try:
-        for node in nodes.values():
-            node.start()
-        yield nodes
-    finally:
-        for node in nodes.values():
-            node.stop()
+    yield from running_nodes(tmp_path_factory, ("gpu-a", "gpu-b"), repository_key,
+                             "test-placement")
 
 
 @pytest.fixture

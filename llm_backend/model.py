@@ -34,6 +34,7 @@ from llm_backend.batcher_wakeup import (  # noqa: E402
     is_wakeup,
     waited_behind_work,
 )
+from llm_backend.devices import engine_device_environment  # noqa: E402
 from llm_backend.engine import EngineHost, GenerationJob  # noqa: E402
 from llm_backend.errors import BackendError, Unavailable  # noqa: E402
 from llm_backend.scheduler import AdmissionScheduler, QueuePolicy, QueueRejected  # noqa: E402
@@ -72,6 +73,14 @@ class TritonPythonModel:
              "--watch", str(os.getpid()), "--watch", str(os.getppid()), "--owner", str(os.getpid())],
             stdin=subprocess.PIPE, text=True,
         )
+        # The GPUs placement chose, before anything starts CUDA (vLLM's engine process inherits
+        # them).
+        pinned = engine_device_environment(model_config, args["model_instance_kind"],
+                                           int(args["model_instance_device_id"]))
+        os.environ.update(pinned)
+        if pinned:
+            log.info("llm_backend %s/%s pinned to GPUs %s", self._name, self._version,
+                     pinned["CUDA_VISIBLE_DEVICES"])
         self._engine = EngineHost(self._settings.engine_args, self._metrics, self._on_engine_dead)
         self._engine.start()
         self._scheduler = self._build_scheduler()

@@ -15,6 +15,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.deployments.orm import Deployment
 from control_plane.errors import PlacementRefused
+from control_plane.gpus.monitor import GpuMonitor
+from control_plane.gpus.static import StaticInventory
+from control_plane.placement.model import Strategy
 from control_plane.registry.orm import Model
 from control_plane.reservations.orm import GpuReservation
 from control_plane.reservations.placer import Booking, Placer
@@ -260,3 +263,45 @@ def test_a_booking_is_reused_and_released(client: TestClient, writer: dict[str, 
     placer.release(deployment_id)
     with factory() as session:
         assert session.scalar(select(func.count()).select_from(GpuReservation)) == 0
+
+
+def test_drift_after_a_load_is_what_the_gpu_took_beyond_its_booking(
+        client: TestClient, writer: dict[str, str], tmp_path: Path, app: FastAPI) -> None:
+    # A node whose readings measure (as NVML and Triton's metrics do), read here from a file the
+    # test edits the way a loading engine changes the GPU's used memory.
+    path = inventory(tmp_path, {"n": gpus("n", 1, 24 * 1024)})
+    add_node(client, writer, "n", "metrics:http://127.0.0.1:9/metrics")
+    add_version(client, writer, "m", {"memory_bytes": 15 * GIB})
+    _ok(client.put("/api/v1/models/m/aliases/production", headers=writer, json={"version": 1}),
+        200, 201)
+    factory: sessionmaker[Session] = app.state.session_factory
+    placer = Placer(factory, headroom_fraction=0.05, strategy=Strategy.BEST_FIT,
+                    open_inventory=lambda spec, node: StaticInventory(path, node))
+    deployment_id = deployment_row(factory, "m", "n")
+    booking = placer.book(deployment_id, 1)
+    assert booking.before is not None and booking.before.gpus[0].memory_used_bytes == 0
+    inventory(tmp_path, {"n": gpus("n", 1, 24 * 1024, memory_used_mib=16 * 1024)})
+    placer.activate(deployment_id, 1, booking.before)
+    with factory() as session:
+        row = session.scalars(select(GpuReservation)).one()
+        assert row.active
+        assert row.measured_bytes == 16 * GIB
+        # 15 GiB of 24 is a fraction of exactly 0.625, so the booking is exactly 15 GiB.
+        assert row.bytes == 15 * GIB and row.gpu_memory_utilization == 0.625
+        assert row.drift_bytes == GIB
+
+
+def test_node_gpus_history_keeps_earlier_readings(
+        client: TestClient, writer: dict[str, str], tmp_path: Path, app: FastAPI) -> None:
+    path = inventory(tmp_path, {"n": gpus("n", 2, 24 * 1024)})
+    add_node(client, writer, "n", f"static:{path}")
+    monitor: GpuMonitor = app.state.gpu_monitor
+    monitor.poll_once()
+    monitor.poll_once()
+    body = _ok(client.get("/api/v1/nodes/n/gpus?history=2", headers=writer))
+    assert len(body["history"]) == 2
+    assert [g["index"] for g in body["history"][-1]["gpus"]] == [0, 1]
+    assert body["taken_at"] == body["history"][-1]["taken_at"]
+    assert _ok(client.get("/api/v1/nodes/n/gpus", headers=writer))["history"] == []
+    refused = client.get("/api/v1/nodes/n/gpus?history=-1", headers=writer)
+    assert refused.status_code == 422

@@ -11,7 +11,6 @@ from control_plane.auth.dependencies import Reader, Writer
 from control_plane.dependencies import AppSettings, DbSession
 from control_plane.deployments import service as deployments
 from control_plane.error_handlers import error_responses
-from control_plane.errors import ModelNotFound
 from control_plane.idempotency.http import IdempotencyKeyHeader, respond_once
 from control_plane.labels import IfMatch, LabelFilter, parse_label_filter
 from control_plane.operations.dependencies import Runner
@@ -20,7 +19,6 @@ from control_plane.operations.schemas import OperationOut
 from control_plane.pagination import Limit, Offset, Page, page_response
 from control_plane.registry import aliases, service, validation
 from control_plane.registry.orm import Model, ModelAlias, ModelVersion
-from control_plane.registry.repository import VersionRepository
 from control_plane.registry.schemas import (
     MODEL_NAME_PATTERN,
     AliasMoveOut,
@@ -107,13 +105,9 @@ def register_version(name: ModelName, body: VersionCreate, request: Request, ses
 @router.get("/{name}/versions", response_model=Page[VersionOut], responses=error_responses(404))
 def list_versions(name: ModelName, session: DbSession, _: Reader, limit: Limit = 50,
                   offset: Offset = 0) -> Response:
-    # The hottest read: rows straight from the repository into JSON, see page_response().
-    found = VersionRepository(session).page_of(name, limit, offset)
-    if found is None:
-        raise ModelNotFound(name)
-    rows, total = found
-    return page_response([VersionOut.stored_fields(name, row) for row in rows], total, limit,
-                         offset)
+    # Straight into one JSON response, see page_response().
+    versions, total = service.list_versions(session, name, limit, offset)
+    return page_response(versions, total, limit, offset)
 
 
 @router.get("/{name}/versions/{number}", responses=error_responses(404))

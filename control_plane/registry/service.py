@@ -183,9 +183,14 @@ def get_version(session: Session, model_name: str, number: int) -> ModelVersion:
 
 
 def list_versions(session: Session, model_name: str, limit: int, offset: int
-                  ) -> tuple[Sequence[ModelVersion], int]:
-    model = get_model(session, model_name)
-    return VersionRepository(session).list(model.id, limit, offset)
+                  ) -> tuple[list[dict[str, Any]], int]:
+    """One page of the model's versions, newest first, as VersionOut fields ready to serialize
+    (the hottest read: rows straight from the database, no ORM objects), and the total."""
+    found = VersionRepository(session).page_of(model_name, limit, offset)
+    if found is None:
+        raise ModelNotFound(model_name)
+    rows, total = found
+    return [VersionOut.stored_fields(model_name, row) for row in rows], total
 
 
 def update_version(session: Session, actor: Actor, model_name: str, number: int,

@@ -41,6 +41,7 @@ from bench.common import (
     percentile,
     print_table,
     run_concurrently,
+    wait_control_plane_ready,
     write_results,
 )
 from control_plane.triton.runtime import CACHE_DIR
@@ -145,7 +146,7 @@ def control_plane(backend: str, database_url: str, source_root: Path) -> Iterato
                                    stderr=subprocess.STDOUT)
         try:
             base_url = f"http://127.0.0.1:{port}"
-            _wait_ready(process, base_url, log_path)
+            wait_control_plane_ready(process, base_url, log_path)
             print(f"control plane on {backend}: pid {process.pid}, {base_url}, log {log_path}",
                   flush=True)
             yield Server(base_url, token, process, log_path)
@@ -156,23 +157,6 @@ def control_plane(backend: str, database_url: str, source_root: Path) -> Iterato
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-
-
-def _wait_ready(process: subprocess.Popen[bytes], base_url: str, log_path: Path,
-                timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    with httpx.Client(base_url=base_url, trust_env=False, timeout=5) as client:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise RuntimeError(f"the control plane exited {process.returncode} at start; "
-                                   f"see {log_path}")
-            try:
-                if client.get("/readyz").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-    raise RuntimeError(f"the control plane was not ready within {timeout_s:.0f} s; see {log_path}")
 
 
 def closed_loop(clients: list[httpx.Client], request: Request, seconds: float) -> Phase:

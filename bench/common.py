@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
 import tritonclient.http as httpclient
 
@@ -167,4 +168,23 @@ def control_plane_cli(env: dict[str, str], *args: str) -> str:
     return done.stdout
 
 
-__all__ = ["control_plane_cli", "free_port"]
+
+def wait_control_plane_ready(process: subprocess.Popen[bytes], base_url: str, log_path: Path,
+                             timeout_s: float = 60) -> None:
+    """Until ``/readyz`` answers 200; raises if the process exits or the time runs out."""
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(base_url=base_url, trust_env=False, timeout=5) as client:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"the control plane exited {process.returncode} at start; "
+                                   f"see {log_path}")
+            try:
+                if client.get("/readyz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+    raise RuntimeError(f"the control plane was not ready within {timeout_s:.0f} s; see {log_path}")
+
+
+__all__ = ["control_plane_cli", "free_port", "wait_control_plane_ready"]

@@ -47,6 +47,7 @@ from bench.common import (
     free_port,
     median,
     print_table,
+    wait_control_plane_ready,
     write_results,
 )
 from control_plane.deployments.specs import VersionSpec
@@ -91,22 +92,9 @@ def control_plane(workdir: Path, key: str) -> Iterator[httpx.Client]:
         process = subprocess.Popen([str(CONTROL_PLANE_CLI), "serve"], env=env, stdout=log,
                                    stderr=subprocess.STDOUT)
     try:
+        wait_control_plane_ready(process, f"http://127.0.0.1:{port}", log_path)
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False, timeout=60,
                           headers={"Authorization": f"Bearer {token}"}) as client:
-            deadline = time.monotonic() + 60
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(f"the control plane exited {process.returncode} at start; "
-                                       f"see {log_path}")
-                try:
-                    if client.get("/readyz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the control plane was not ready within 60 s; see "
-                                       f"{log_path}")
-                time.sleep(0.1)
             print(f"control plane: pid {process.pid}, port {port}, log {log_path}", flush=True)
             yield client
     finally:

@@ -74,6 +74,10 @@ class Verdict:
     gpu_index: int | None = None
     gpu_uuid: str | None = None
 
+    def as_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "gpu_index": self.gpu_index, "gpu_uuid": self.gpu_uuid,
+                "rule": self.rule, "detail": self.detail}
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -103,6 +107,4 @@ class Refusal:
     verdicts: tuple[Verdict, ...] = field(default_factory=tuple)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"summary": self.summary,
-                "verdicts": [{"node": v.node, "gpu_index": v.gpu_index, "gpu_uuid": v.gpu_uuid,
-                              "rule": v.rule, "detail": v.detail} for v in self.verdicts]}
+        return {"summary": self.summary, "verdicts": [v.as_dict() for v in self.verdicts]}

@@ -13,7 +13,7 @@ from control_plane.auth.dependencies import Reader
 from control_plane.dependencies import DbSession
 from control_plane.error_handlers import error_responses
 from control_plane.gpus.monitor import GpuMonitor
-from control_plane.placement.model import NodeView, Placement, Refusal, Verdict
+from control_plane.placement.model import NodeView, Placement, Refusal
 from control_plane.registry.schemas import MODEL_NAME_PATTERN
 from control_plane.reservations import service
 from control_plane.reservations.placer import Placer
@@ -51,11 +51,6 @@ PlacerDep = Annotated[Placer, Depends(_placer)]
 MonitorDep = Annotated[GpuMonitor, Depends(_monitor)]
 
 
-def _verdict(verdict: Verdict) -> VerdictOut:
-    return VerdictOut(node=verdict.node, gpu_index=verdict.gpu_index, gpu_uuid=verdict.gpu_uuid,
-                      rule=verdict.rule, detail=verdict.detail)
-
-
 def _placement(placement: Placement, simulated: bool) -> PlacementOut:
     groups = [json_format.MessageToDict(group, preserving_proto_field_name=True)
               for group in instance_groups(placement, simulated)]
@@ -68,7 +63,7 @@ def _placement(placement: Placement, simulated: bool) -> PlacementOut:
         # One booking per engine GPU, in the engines' order.
         bookings=[BookingOut(gpu_index=index, gpu_uuid=r.gpu_uuid, bytes=r.bytes)
                   for index, r in zip(placement.gpus, placement.reservations, strict=True)],
-        passed_over=[_verdict(v) for v in placement.passed_over])
+        passed_over=[VerdictOut.model_validate(v.as_dict()) for v in placement.passed_over])
 
 
 @router.post("/placements/preview", responses=error_responses(404))
@@ -85,8 +80,7 @@ def preview_placement(body: PreviewRequest, session: DbSession, _: Reader, place
         version=version.number, demand=DemandOut.model_validate(demand),
         placement=None if isinstance(outcome, Refusal) else _placement(outcome,
                                                                        decision.simulated),
-        refusal=RefusalOut(summary=outcome.summary,
-                           verdicts=[_verdict(v) for v in outcome.verdicts])
+        refusal=RefusalOut.model_validate(outcome.as_dict())
         if isinstance(outcome, Refusal) else None)
 
 

@@ -58,10 +58,12 @@ def node_gpus(session: Session, placer: Placer, name: str, view: NodeView | None
     node = get_node(session, name)
     if view is None:
         view, taken_at = placer.view(node), datetime.now(UTC)
-    rows = ReservationRepository(session).on_nodes([node.id])
+    by_gpu: dict[str, list[GpuReservation]] = {}
+    for row in ReservationRepository(session).on_nodes([node.id]):
+        by_gpu.setdefault(row.gpu_uuid, []).append(row)
     states = []
     for gpu in view.gpus:
-        mine = tuple(row for row in rows if row.gpu_uuid == gpu.uuid)
+        mine = tuple(by_gpu.get(gpu.uuid, ()))
         book = GpuBook(booked=sum(r.bytes for r in mine),
                        active=sum(r.bytes for r in mine if r.active))
         bookable = None

@@ -1,7 +1,7 @@
 # Two commands do all the set-up (each installs what is missing first, then reuses it):
 #   make serve   tritonserver + the demo LLM through our vLLM backend, ready for HTTP and gRPC
 #   make test    the whole test suite (what CI runs)
-.PHONY: setup serve test unit-test bench bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement
+.PHONY: setup serve test unit-test bench bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement bench-burst
 
 PYTHON := .venv/bin/python
 
@@ -17,7 +17,7 @@ test: setup
 unit-test: setup
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/unit
 
-bench: bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement
+bench: bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement bench-burst
 
 bench-overhead: setup
 	$(PYTHON) -m bench.overhead
@@ -36,3 +36,6 @@ bench-lifecycle: setup
 
 bench-placement: setup
 	$(PYTHON) -m bench.placement
+
+bench-burst: setup
+	$(PYTHON) -m bench.burst

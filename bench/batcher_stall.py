@@ -1,11 +1,13 @@
-"""Triton's dynamic-batcher stall with priority levels, and what the batcher wake-up does about it.
+"""Triton's dynamic-batcher stall: the shipped configuration against Triton's own priority levels.
 
-A toy decoupled model (bench/toy_repository, ~20 ms of work per request, no vLLM) with the same
-priority configuration as the LLM model, in three variants: priority levels with our wake-up,
-priority levels without it, and no dynamic batching at all. Rounds of 4 concurrent requests; a
-round stalled when any request took longer than STALL_S (Triton's batcher waits 500 ms).
+A toy decoupled model (bench/toy_repository, ~20 ms of work per request, no vLLM) with the LLM
+model's Triton-facing configuration, in three variants: as shipped (``dynamic_batching {}``, the
+levels enforced by the backend's own queue), with the priority levels and queue policy in Triton's
+``dynamic_batching`` (the configuration before issue 10, which turns payload prefetching off), and
+with no dynamic batching at all. Rounds of 4 concurrent requests; a round stalled when any request
+took longer than STALL_S (Triton's batcher waits 500 ms).
 
-    .venv/bin/python -m bench.batcher_stall --rounds 30
+    make bench-stall       (or: .venv/bin/python -m bench.batcher_stall --rounds 100)
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from bench.common import median, print_table, run_concurrently, write_results
-from control_plane.triton.model_config import read_pbtxt, set_parameter, to_load_json
+from control_plane.triton.model_config import read_pbtxt, to_load_json
 from control_plane.triton.runtime import CACHE_DIR, PROJECT_ROOT
 from control_plane.triton.server import TritonServer
 
@@ -29,11 +31,19 @@ STALL_S = 0.3
 CONCURRENCY = 4
 
 
-def load(server: TritonServer, name: str, wakeup: bool, batching: bool) -> None:
+def load(server: TritonServer, name: str, batching: str) -> None:
     config = read_pbtxt(TOY / "config.pbtxt")
     config.name = name
-    set_parameter(config, "batcher_wakeup", "true" if wakeup else "false")
-    if not batching:
+    if batching == "triton_levels":
+        levels = config.dynamic_batching
+        levels.priority_levels = 3
+        levels.default_priority_level = 3
+        policy = levels.default_queue_policy
+        policy.timeout_action = policy.REJECT
+        policy.default_timeout_microseconds = 120_000_000
+        policy.allow_timeout_override = True
+        policy.max_queue_size = 256
+    elif batching == "none":
         config.ClearField("dynamic_batching")
     with httpclient.InferenceServerClient(server.http_url) as client:
         client.load_model(name, config=to_load_json(config),
@@ -64,27 +74,27 @@ class ToyStream:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=100)
     args = parser.parse_args()
 
     variants = {
-        "priority levels + wake-up (shipped)": ("toy_wakeup", True, True),
-        "priority levels, no wake-up": ("toy_no_wakeup", False, True),
-        "no dynamic batching": ("toy_no_batching", False, False),
+        "shipped: dynamic_batching {}, levels in the backend": ("toy_shipped", "shipped"),
+        "priority levels in Triton's dynamic_batching": ("toy_triton_levels", "triton_levels"),
+        "no dynamic batching": ("toy_no_batching", "none"),
     }
     server = TritonServer(PROJECT_ROOT / "bench" / "toy_repository",
                           log_path=CACHE_DIR / "logs" / "bench-stall-tritonserver.log")
     server.start()
     results: dict[str, dict[str, Any]] = {}
     try:
-        for name, wakeup, batching in variants.values():
-            load(server, name, wakeup, batching)
+        for name, batching in variants.values():
+            load(server, name, batching)
         streams = {name: [ToyStream(server.grpc_url, name) for _ in range(CONCURRENCY)]
-                   for name, _, _ in variants.values()}
+                   for name, _ in variants.values()}
         stalled = {label: 0 for label in variants}
         latencies: dict[str, list[float]] = {label: [] for label in variants}
         for _ in range(args.rounds):
-            for label, (name, _, _) in variants.items():
+            for label, (name, _) in variants.items():
                 round_latencies = run_concurrently([s.request for s in streams[name]])
                 latencies[label].extend(round_latencies)
                 stalled[label] += max(round_latencies) > STALL_S

@@ -9,7 +9,7 @@ Each is loaded with a closed loop of long level-3 streams (at least 4x more wait
 engine runs at once), then short level-1 requests are sent one per second; their TTFT is compared
 with the same requests on the idle model.
 
-    make bench-priority        (or: .venv/bin/python -m bench.priority --samples 10)
+    make bench-priority        (or: .venv/bin/python -m bench.priority --samples 50 --repeats 3)
 """
 
 from __future__ import annotations
@@ -102,9 +102,28 @@ def urgent_ttfts(server: Any, model: str, samples: int, spacing_s: float) -> lis
     return ttfts
 
 
+def measure(server: Any, model: str, samples: int, low_streams: int, warmup_s: float
+            ) -> dict[str, Any]:
+    """Urgent TTFTs on the idle model, then under the low-priority load."""
+    idle = urgent_ttfts(server, model, samples, spacing_s=0.5)
+    with LowPriorityLoad(server, model, low_streams) as load:
+        time.sleep(warmup_s)
+        loaded = urgent_ttfts(server, model, samples, spacing_s=1.0)
+    return {
+        "idle_ttft_p50_s": median(idle), "idle_ttft_p95_s": percentile(idle, 0.95),
+        "loaded_ttft_p50_s": median(loaded), "loaded_ttft_p95_s": percentile(loaded, 0.95),
+        "p95_ratio": percentile(loaded, 0.95) / percentile(idle, 0.95),
+        "low_streams": low_streams, "low_completed": load.completed,
+        "idle_ttfts_s": idle, "loaded_ttfts_s": loaded,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--samples", type=int, default=20)
+    parser.add_argument("--samples", type=int, default=50,
+                        help="urgent requests per mode and run (p95 of 50 is not the maximum)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of the shipped mode, to show the spread (FCFS runs once)")
     parser.add_argument("--low-streams", type=int, default=10,
                         help="long level-3 streams kept in flight (>= 4x what the engine runs)")
     parser.add_argument("--warmup-s", type=float, default=4.0)
@@ -114,41 +133,38 @@ def main() -> None:
     OURS, FCFS = variants(args.max_num_seqs)
 
     server = start_server("priority")
-    results: dict[str, dict[str, Any]] = {}
     try:
         for variant in (OURS, FCFS):
             load_variant(server, variant)
-        for variant in (OURS, FCFS):
             stream_once(server, variant.name, PROMPTS[0], HIGH, level=1)  # warm-up
-            idle = urgent_ttfts(server, variant.name, args.samples, spacing_s=0.5)
-            with LowPriorityLoad(server, variant.name, args.low_streams) as load:
-                time.sleep(args.warmup_s)
-                loaded = urgent_ttfts(server, variant.name, args.samples, spacing_s=1.0)
-            results[variant.name] = {
-                "idle_ttft_p50_s": median(idle), "idle_ttft_p95_s": percentile(idle, 0.95),
-                "loaded_ttft_p50_s": median(loaded), "loaded_ttft_p95_s": percentile(loaded, 0.95),
-                "low_streams": args.low_streams, "low_completed": load.completed,
-                "idle_ttfts_s": idle, "loaded_ttfts_s": loaded,
-            }
+        runs = [measure(server, OURS.name, args.samples, args.low_streams, args.warmup_s)
+                for _ in range(args.repeats)]
+        fcfs = measure(server, FCFS.name, args.samples, args.low_streams, args.warmup_s)
     finally:
         server.stop()
 
-    ours, fcfs = results[OURS.name], results[FCFS.name]
+    ratios = [run["p95_ratio"] for run in runs]
     data = {
-        "max_num_seqs": args.max_num_seqs, "samples": args.samples, "low": LOW, "high": HIGH,
-        "high_ttft_p95_ratio": ours["loaded_ttft_p95_s"] / ours["idle_ttft_p95_s"],
-        "high_ttft_p95_ratio_fcfs": fcfs["loaded_ttft_p95_s"] / fcfs["idle_ttft_p95_s"],
-        "ours": ours, "fcfs": fcfs,
+        "max_num_seqs": args.max_num_seqs, "samples": args.samples, "repeats": args.repeats,
+        "low": LOW, "high": HIGH,
+        # The goal (<= 1.5) holds for every run, so the headline is the worst one.
+        "high_ttft_p95_ratio": max(ratios),
+        "high_ttft_p95_ratios": ratios,
+        "high_ttft_p95_ratio_spread": max(ratios) - min(ratios),
+        "high_ttft_p95_ratio_fcfs": fcfs["p95_ratio"],
+        "ours": runs, "fcfs": fcfs,
     }
     print_table(
         f"Urgent (level 1) TTFT under {args.low_streams} long level-3 streams, "
-        f"max_num_seqs={args.max_num_seqs}",
+        f"max_num_seqs={args.max_num_seqs}, {args.samples} urgent requests per row",
         ["mode", "idle p50 s", "idle p95 s", "loaded p50 s", "loaded p95 s", "p95 ratio"],
         [[name, r["idle_ttft_p50_s"], r["idle_ttft_p95_s"], r["loaded_ttft_p50_s"],
-          r["loaded_ttft_p95_s"], r["loaded_ttft_p95_s"] / r["idle_ttft_p95_s"]]
-         for name, r in (("ours", ours), ("fcfs (stock)", fcfs))],
+          r["loaded_ttft_p95_s"], r["p95_ratio"]]
+         for name, r in [*((f"ours, run {i + 1}", run) for i, run in enumerate(runs)),
+                         ("fcfs (stock)", fcfs)]],
     )
-    print(f"\nhigh_ttft_p95_ratio = {data['high_ttft_p95_ratio']:.2f}   "
+    print(f"\nhigh_ttft_p95_ratio per run = {', '.join(f'{r:.2f}' for r in ratios)} "
+          f"(goal <= 1.5 in each; spread {data['high_ttft_p95_ratio_spread']:.2f})   "
           f"high_ttft_p95_ratio_fcfs = {data['high_ttft_p95_ratio_fcfs']:.2f}")
     write_results("priority", data)
 

@@ -24,21 +24,14 @@ from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
 from llm_backend.admission import Admission  # noqa: E402
-from llm_backend.batcher_wakeup import (  # noqa: E402
-    WAKEUP_PARAMETER,
-    BatcherWakeup,
-    is_wakeup,
-    waited_behind_work,
-)
 from llm_backend.devices import engine_device_environment  # noqa: E402
 from llm_backend.engine import EngineHost, GenerationJob  # noqa: E402
 from llm_backend.errors import BackendError, Unavailable  # noqa: E402
-from llm_backend.scheduler import AdmissionScheduler, QueuePolicy, QueueRejected  # noqa: E402
 from llm_backend.request import parse_parameters_json, parse_request  # noqa: E402
+from llm_backend.scheduler import AdmissionScheduler, QueuePolicy, QueueRejected  # noqa: E402
 from llm_backend.settings import SettingsError, load_settings  # noqa: E402
 from llm_backend.triton_io import TritonResponseSink, read_raw_request  # noqa: E402
 from llm_backend.triton_metrics import TritonBackendMetrics  # noqa: E402
@@ -46,8 +39,10 @@ from llm_backend.triton_metrics import TritonBackendMetrics  # noqa: E402
 log = logging.getLogger("llm_backend")
 # Without back-pressure (the FCFS baseline), every request goes straight to the engine.
 UNBOUNDED = 1 << 30
-# How often waiting requests are checked for queue timeouts and client cancellation.
+# How often waiting requests are checked for queue timeouts (and the request gauges published).
 QUEUE_TICK_S = 0.05
+# Every this many ticks, waiting requests are also checked for client cancellation.
+CANCEL_SWEEP_TICKS = 10
 
 
 def _python_executable() -> str:
@@ -85,14 +80,9 @@ class TritonPythonModel:
         self._engine.start()
         self._scheduler = self._build_scheduler()
         self._published_gauges: tuple[dict[int, int], dict[int, int]] | None = None
-        self._gauge_lock = threading.Lock()
         self._admission = Admission(self._engine.max_model_len)
         self._ticker = threading.Thread(target=self._tick, name="queue-ticker", daemon=True)
         self._ticker.start()
-        self._wakeup: BatcherWakeup | None = None
-        if self._settings.batcher_wakeup and "dynamic_batching" in model_config:
-            self._wakeup = BatcherWakeup(self._send_noop)
-            self._wakeup.start()
         log.info("llm_backend %s/%s ready: %s engine slots (%s reserved for levels <= %s), "
                  "%s priority levels (default %s)", self._name, self._version,
                  self._scheduler.capacity, self._scheduler.reserved, self._settings.urgent_level,
@@ -119,27 +109,20 @@ class TritonPythonModel:
         return AdmissionScheduler(
             capacity=capacity, reserved=reserved, urgent_level=settings.urgent_level,
             policies=settings.queue_policies, start=self._start_job, reject=self._reject_job,
+            cancelled=self._client_gone,
         )
 
     def execute(self, requests: list[Any]) -> None:
-        handled_real_work = False
+        # Hands requests over and returns: nothing here waits for the engine, the queue or
+        # another request, so Triton's instance is idle again within a millisecond.
         for request in requests:
             sink = TritonResponseSink(pb_utils, request.get_response_sender())
             try:
                 parameters = parse_parameters_json(request.parameters())
             except BackendError as exc:
                 sink.fail(exc)
-                handled_real_work = True
                 continue
-            if is_wakeup(parameters):
-                sink.send(None, final=True)
-                if self._wakeup and waited_behind_work(int(parameters.get("sent_at_ns", 0))):
-                    self._wakeup.poke_after_noop()
-                continue
-            handled_real_work = True
             self._accept(request, parameters, sink)
-        if handled_real_work and self._wakeup:
-            self._wakeup.poke()
 
     def _accept(self, request: Any, parameters: dict[str, Any], sink: TritonResponseSink) -> None:
         try:
@@ -166,7 +149,6 @@ class TritonPythonModel:
             self._scheduler.submit(job, level, generation.queue_timeout_s)
         except QueueRejected as exc:
             sink.fail(exc)
-        self._publish_request_gauges()
 
     def _start_job(self, job: GenerationJob, level: int) -> None:
         self._engine.submit(job)
@@ -176,34 +158,32 @@ class TritonPythonModel:
 
     def _finished(self, level: int) -> None:
         self._scheduler.release(level)
-        self._publish_request_gauges()
 
     def _tick(self) -> None:
+        # Queue timeouts are checked every tick; client cancellation of waiting requests less
+        # often, as each check is a round trip to the Triton process and hundreds may wait (a
+        # cancelled request is also dropped when its turn comes, see _build_scheduler).
+        ticks = 0
         while not self._closing:
             time.sleep(QUEUE_TICK_S)
-            self._scheduler.expire(lambda job: job.sink.is_cancelled())
+            ticks += 1
+            sweep = ticks % CANCEL_SWEEP_TICKS == 0
+            self._scheduler.expire(self._client_gone if sweep else None)
             self._publish_request_gauges()
 
-    def _publish_request_gauges(self) -> None:
-        # Each gauge update is a message to the Triton process; an idle model sends none.
-        with self._gauge_lock:
-            snapshot = self._scheduler.snapshot()
-            if snapshot == self._published_gauges:
-                return
-            self._published_gauges = snapshot
-            self._metrics.set_requests(*snapshot)
+    @staticmethod
+    def _client_gone(job: GenerationJob) -> bool:
+        return job.sink.is_cancelled()
 
-    def _send_noop(self, sent_at_ns: int) -> None:
-        noop = pb_utils.InferenceRequest(
-            model_name=self._name,
-            model_version=int(self._version),
-            inputs=[pb_utils.Tensor("text_input", np.array([b""], dtype=np.object_))],
-            requested_output_names=["text_output"],
-            parameters={WAKEUP_PARAMETER: True, "sent_at_ns": sent_at_ns},
-        )
-        # Collected on a thread of its own: the no-op may wait in the queue behind real work,
-        # and the next wake-up must not wait for it.
-        threading.Thread(target=lambda: list(noop.exec(decoupled=True)), daemon=True).start()
+    def _publish_request_gauges(self) -> None:
+        # Only this thread publishes, at most once a tick: each gauge update is a blocking message
+        # to the Triton process, which neither execute() nor the engine loop should wait on during
+        # a burst; an idle model sends none.
+        snapshot = self._scheduler.snapshot()
+        if snapshot == self._published_gauges:
+            return
+        self._metrics.set_requests(*snapshot, previous=self._published_gauges)
+        self._published_gauges = snapshot
 
     def _on_engine_dead(self, error: BaseException) -> None:
         # Only the first failing request unloads; r24.10 has no other way to mark a model
@@ -215,8 +195,6 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         self._closing = True
-        if self._wakeup:
-            self._wakeup.stop()
         for job in self._scheduler.close():
             job.sink.fail(Unavailable("the model is unloading"))
         drained = self._scheduler.wait_idle(self._settings.drain_timeout_s)

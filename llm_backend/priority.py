@@ -1,6 +1,6 @@
 """Priority levels: Triton's numbering (1 = most urgent) carried through to vLLM's scheduler.
 
-Triton orders its queue by level, lowest number first; vLLM's priority scheduler also serves the
+Level 1 is the most urgent, as in Triton's own numbering; vLLM's priority scheduler also serves the
 lowest value first, so a level passes to vLLM unchanged.
 """
 
@@ -14,7 +14,7 @@ from llm_backend.errors import InvalidRequest
 
 @dataclass(frozen=True)
 class PriorityLevels:
-    """The levels a model's ``dynamic_batching`` declares."""
+    """The levels a model config declares (``queue_config.py``)."""
 
     count: int
     default: int
@@ -24,15 +24,6 @@ class PriorityLevels:
             raise ValueError(f"priority levels must be at least 1, got {self.count}")
         if not 1 <= self.default <= self.count:
             raise ValueError(f"default priority level {self.default} is not in 1..{self.count}")
-
-    @classmethod
-    def from_model_config(cls, model_config: dict[str, Any]) -> PriorityLevels:
-        """Read levels from Triton's model config (JSON form); no levels means one level."""
-        batching = model_config.get("dynamic_batching") or {}
-        count = int(batching.get("priority_levels") or 0)
-        if count == 0:
-            return cls(count=1, default=1)
-        return cls(count=count, default=int(batching.get("default_priority_level") or count))
 
     def resolve(self, raw: Any) -> int:
         """The level a request asked for, or the default when it named none."""

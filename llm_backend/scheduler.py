@@ -6,9 +6,9 @@ holds one request that the next urgent one cannot pass; vLLM never preempts a ru
 admit a more urgent one. So an urgent request behind a full engine would wait for a long
 generation to finish. Here it takes a reserved engine slot at once (README, "Design notes").
 
-The queue enforces the model config's own ``dynamic_batching`` queue policies (``max_queue_size``,
-``default_timeout_microseconds``, ``allow_timeout_override``) per priority level, so one config
-describes both Triton's queue and ours.
+The queue enforces per priority level the queue policies the model config declares for it
+(``queue_config.py``: ``max_queue_size``, ``default_timeout_microseconds``,
+``allow_timeout_override``, as in Triton's ``ModelQueuePolicy``).
 """
 
 from __future__ import annotations
@@ -61,17 +61,6 @@ class QueuePolicy:
         return self.default_timeout_s
 
 
-def policies_from_model_config(model_config: dict[str, Any], levels: int) -> dict[int, QueuePolicy]:
-    """Per-level policies: a level's own entry, else the default policy."""
-    batching = model_config.get("dynamic_batching") or {}
-    default = QueuePolicy.from_config(batching.get("default_queue_policy"))
-    per_level = batching.get("priority_queue_policy") or {}
-    return {
-        level: QueuePolicy.from_config(per_level[str(level)]) if str(level) in per_level else default
-        for level in range(1, levels + 1)
-    }
-
-
 @dataclass
 class _Waiting(Generic[T]):
     item: T
@@ -95,6 +84,9 @@ class AdmissionScheduler(Generic[T]):
     policies: dict[int, QueuePolicy]
     start: Callable[[T, int], None]
     reject: Callable[[T, QueueRejected], None]
+    # Whether a waiting item's client has gone; checked when its turn comes, so a slot is never
+    # given to a request nobody waits for.
+    cancelled: Callable[[T], bool] | None = None
     clock: Callable[[], float] = time.monotonic
     _queues: dict[int, deque[_Waiting[T]]] = field(init=False)
     _running: Counter[int] = field(init=False, default_factory=Counter)
@@ -140,7 +132,9 @@ class AdmissionScheduler(Generic[T]):
             if self._running[level] <= 0:
                 raise RuntimeError(f"release without start at priority level {level}")
             self._running[level] -= 1
-            self._dispatch()
+            dropped = self._dispatch()
+        for item in dropped:
+            self.reject(item, QueueRejected("cancelled by the client"))
 
     def expire(self, is_cancelled: Callable[[T], bool] | None = None) -> None:
         """Refuse items past their queue timeout and drop those their clients cancelled."""
@@ -199,12 +193,19 @@ class AdmissionScheduler(Generic[T]):
         limit = self.capacity if level <= self.urgent_level else self.shared_capacity
         return running < limit
 
-    def _dispatch(self) -> None:
+    def _dispatch(self) -> list[T]:
+        """Start what fits; returns the cancelled items passed over (rejected by the caller,
+        outside the lock)."""
         # Most urgent level first, FIFO within a level; a level that does not fit (the shared
         # slots are taken) does not block a more urgent one behind it.
+        dropped: list[T] = []
         for level in sorted(self._queues):
             queue = self._queues[level]
             while queue and self._fits(level):
                 waiting = queue.popleft()
+                if self.cancelled is not None and self.cancelled(waiting.item):
+                    dropped.append(waiting.item)
+                    continue
                 self._running[level] += 1
                 self.start(waiting.item, level)
+        return dropped

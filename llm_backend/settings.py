@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from llm_backend.priority import PriorityLevels
-from llm_backend.scheduler import QueuePolicy, policies_from_model_config
+from llm_backend.queue_config import (
+    QueueConfigError,
+    levels_from_model_config,
+    policies_from_model_config,
+    refuse_triton_queue_settings,
+)
+from llm_backend.scheduler import QueuePolicy
 
 _UNEXPANDED = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
 _TRUE = {"true", "1", "yes", "on"}
@@ -35,7 +41,6 @@ class BackendSettings:
     queue_policies: dict[int, QueuePolicy]
     back_pressure: bool
     priority_passthrough: bool
-    batcher_wakeup: bool
     drain_timeout_s: float
 
 
@@ -95,13 +100,6 @@ def load_engine_args(path: Path) -> dict[str, Any]:
     return {key: _expand(value, key) for key, value in raw.items()}
 
 
-def _queue_policies(model_config: dict[str, Any], levels: int) -> dict[int, QueuePolicy]:
-    try:
-        return policies_from_model_config(model_config, levels)
-    except ValueError as exc:
-        raise SettingsError(f"dynamic_batching: {exc}") from None
-
-
 def load_settings(model_config: dict[str, Any], version_dir: Path) -> BackendSettings:
     """Build settings from Triton's model config (JSON form) and the version directory."""
     return settings_from(model_config, load_engine_args(version_dir / "model.json"))
@@ -123,7 +121,12 @@ def settings_from(model_config: dict[str, Any], engine_args: dict[str, Any]) -> 
                 "\"priority\"; set parameters.priority_passthrough to false to run FCFS"
             )
     drain_timeout_s = _number(model_config, "drain_timeout_seconds", float, 0)
-    levels = PriorityLevels.from_model_config(model_config)
+    try:
+        refuse_triton_queue_settings(model_config)
+        levels = levels_from_model_config(model_config)
+        queue_policies = policies_from_model_config(model_config, levels.count)
+    except QueueConfigError as exc:
+        raise SettingsError(str(exc)) from None
     urgent_level = _number(model_config, "urgent_priority_level", int, 1) or 1
     if urgent_level > levels.count:
         raise SettingsError(
@@ -135,9 +138,8 @@ def settings_from(model_config: dict[str, Any], engine_args: dict[str, Any]) -> 
         max_inflight=_number(model_config, "max_inflight_requests", int, 1),
         reserved_urgent_slots=_number(model_config, "reserved_urgent_slots", int, 0),
         urgent_level=urgent_level,
-        queue_policies=_queue_policies(model_config, levels.count),
+        queue_policies=queue_policies,
         back_pressure=_flag(model_config, "back_pressure", True),
         priority_passthrough=passthrough,
-        batcher_wakeup=_flag(model_config, "batcher_wakeup", True),
         drain_timeout_s=30.0 if drain_timeout_s is None else drain_timeout_s,
     )

@@ -50,6 +50,7 @@ class TritonBackendMetrics:
         }
         self._engine_running = engine.Metric(labels={**labels, "state": "running"})
         self._engine_waiting = engine.Metric(labels={**labels, "state": "waiting"})
+        self._engine_counts: tuple[int, int] | None = None
         self._closed = False
 
     def close(self) -> None:
@@ -80,18 +81,28 @@ class TritonBackendMetrics:
         if not self._closed:
             self._itl.observe(seconds)
 
-    def set_requests(self, inflight: dict[int, int], waiting: dict[int, int]) -> None:
+    def set_requests(self, inflight: dict[int, int], waiting: dict[int, int],
+                     previous: tuple[dict[int, int], dict[int, int]] | None = None) -> None:
+        """Set the per-level gauges; with ``previous`` (the values last set), only those that
+        changed, since each update is a blocking message to the Triton process."""
+        old_inflight, old_waiting = previous or ({}, {})
         with self._lock:
             if self._closed:
                 return
             for level, gauge in self._inflight.items():
-                gauge.set(inflight.get(level, 0))
+                value = inflight.get(level, 0)
+                if previous is None or old_inflight.get(level, 0) != value:
+                    gauge.set(value)
             for level, gauge in self._waiting.items():
-                gauge.set(waiting.get(level, 0))
+                value = waiting.get(level, 0)
+                if previous is None or old_waiting.get(level, 0) != value:
+                    gauge.set(value)
 
     def set_engine_requests(self, running: int, waiting: int) -> None:
+        # Called after every engine step: unchanged counts send nothing.
         with self._lock:
-            if self._closed:
+            if self._closed or (running, waiting) == self._engine_counts:
                 return
+            self._engine_counts = (running, waiting)
             self._engine_running.set(running)
             self._engine_waiting.set(waiting)

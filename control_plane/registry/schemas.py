@@ -62,7 +62,7 @@ class VersionCreate(_Input):
     triton_config: dict[str, Any] = Field(
         default_factory=dict,
         description="Triton ModelConfig fields (JSON form) layered over the built config, e.g. "
-                    "{\"parameters\": {\"batcher_wakeup\": {\"string_value\": \"false\"}}}; "
+                    "{\"dynamic_batching\": {\"max_queue_delay_microseconds\": 100}}; "
                     "the interface, instance groups and the serving settings' fields are refused")
     resources: ResourceSettings = Field(
         default_factory=ResourceSettings,

@@ -1,5 +1,7 @@
 """How a version is served: priority levels, queue policies and back-pressure, as a client writes
-them. The Triton config builder turns them into ``dynamic_batching`` and ``parameters``."""
+them. The Triton config builder turns them into model config ``parameters`` that the backend's own
+queue enforces; Triton's ``dynamic_batching`` is left empty, since its priority levels and queue
+policies would turn payload prefetching off."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ Level = Annotated[int, Field(ge=1, le=MAX_LEVELS)]
 
 
 class QueuePolicy(BaseModel):
-    """One priority level's queue, as Triton's ``ModelQueuePolicy``."""
+    """One priority level's queue, with the fields of Triton's ``ModelQueuePolicy``."""
 
     model_config = ConfigDict(extra="forbid")
 

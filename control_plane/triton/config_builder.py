@@ -2,9 +2,14 @@
 overrides, and checked the way Triton and our backend will check it at load.
 
 Layers, later ones winning: the backend's fixed interface (backend, decoupled, the stock vLLM
-tensors), the serving settings (``dynamic_batching`` and our ``parameters``), then the version's own
-overrides for everything else. The fields the first two own cannot be overridden: the interface is
-what clients and the backend depend on, and the serving settings have one place to be set.
+tensors), the serving settings (our ``parameters``), then the version's own overrides for
+everything else. The fields the first two own cannot be overridden: the interface is what clients
+and the backend depend on, and the serving settings have one place to be set.
+
+Priority levels and queue policies are ``parameters`` the backend's own queue enforces, never
+``dynamic_batching`` fields: Triton turns payload prefetching off for a batcher with priority
+levels or a restrictive queue policy, and requests then stall ~500 ms in its timed wait. So
+``dynamic_batching`` stays empty, and an override may only add what keeps prefetching on.
 """
 
 from __future__ import annotations
@@ -15,12 +20,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from google.protobuf import json_format
+from google.protobuf.descriptor import Descriptor
 from tritonclient.grpc import model_config_pb2
 
 from control_plane.deployments.specs import VersionSpec
 from control_plane.errors import InvalidTritonConfig
 from control_plane.placement.model import Device, Placement
 from control_plane.registry.serving import QueuePolicy, ServingSettings
+from llm_backend.queue_config import LEVEL_QUEUE_POLICY_PREFIX
 from llm_backend.settings import SettingsError, settings_from
 
 BACKEND = "llm_vllm"
@@ -54,10 +61,14 @@ _OWNED_FIELDS = {
     "max_batch_size": "the backend batches inside vLLM; Triton's max_batch_size stays 0",
     "model_transaction_policy": "the backend streams, so the model is always decoupled",
     "instance_group": "placement assigns instance groups when a version is deployed",
-    "sequence_batching": "an LLM version uses dynamic batching with priority levels",
-    "ensemble_scheduling": "an LLM version uses dynamic batching with priority levels",
+    "sequence_batching": "an LLM version uses Triton's dynamic batcher, and the backend's own "
+                         "queue orders requests by priority level",
+    "ensemble_scheduling": "an LLM version uses Triton's dynamic batcher, and the backend's own "
+                           "queue orders requests by priority level",
 }
-_OWNED_BATCHING_FIELDS = {
+# dynamic_batching fields that turn Triton's payload prefetching off, and the serving field the
+# backend's queue enforces instead.
+_PREFETCH_OFF_BATCHING_FIELDS = {
     "priority_levels": "serving.priority_levels",
     "default_priority_level": "serving.default_priority_level",
     "default_queue_policy": "serving.default_queue_policy",
@@ -65,6 +76,9 @@ _OWNED_BATCHING_FIELDS = {
 }
 # parameters keys the serving settings write.
 _OWNED_PARAMETERS = {
+    "priority_levels": "serving.priority_levels",
+    "default_priority_level": "serving.default_priority_level",
+    "default_queue_policy": "serving.default_queue_policy",
     "max_inflight_requests": "serving.max_inflight_requests",
     "reserved_urgent_slots": "serving.reserved_urgent_slots",
     "urgent_priority_level": "serving.urgent_priority_level",
@@ -84,11 +98,9 @@ def interface() -> model_config_pb2.ModelConfig:
     return config
 
 
-def _queue_policy(target: model_config_pb2.ModelQueuePolicy, policy: QueuePolicy) -> None:
-    target.timeout_action = model_config_pb2.ModelQueuePolicy.REJECT
-    target.default_timeout_microseconds = policy.default_timeout_microseconds
-    target.allow_timeout_override = policy.allow_timeout_override
-    target.max_queue_size = policy.max_queue_size
+def _policy_text(policy: QueuePolicy) -> str:
+    # The field names of Triton's ModelQueuePolicy JSON form, which the backend reads.
+    return json.dumps(policy.model_dump(mode="json"), separators=(",", ":"))
 
 
 def _number_text(value: float) -> str:
@@ -96,13 +108,14 @@ def _number_text(value: float) -> str:
 
 
 def apply_serving(config: model_config_pb2.ModelConfig, serving: ServingSettings) -> None:
-    batching = config.dynamic_batching
-    batching.priority_levels = serving.priority_levels
-    batching.default_priority_level = serving.effective_default_level
-    _queue_policy(batching.default_queue_policy, serving.default_queue_policy)
-    for level, policy in sorted(serving.priority_queue_policies.items()):
-        _queue_policy(batching.priority_queue_policy[level], policy)
+    """Write the serving settings as ``parameters``; ``dynamic_batching`` is present and empty."""
+    config.dynamic_batching.SetInParent()
     parameters = {
+        "priority_levels": str(serving.priority_levels),
+        "default_priority_level": str(serving.effective_default_level),
+        "default_queue_policy": _policy_text(serving.default_queue_policy),
+        **{f"{LEVEL_QUEUE_POLICY_PREFIX}{level}": _policy_text(policy)
+           for level, policy in sorted(serving.priority_queue_policies.items())},
         "max_inflight_requests": "" if serving.max_inflight_requests is None
         else str(serving.max_inflight_requests),
         "reserved_urgent_slots": str(serving.reserved_urgent_slots),
@@ -116,24 +129,30 @@ def apply_serving(config: model_config_pb2.ModelConfig, serving: ServingSettings
 def parse_overrides(overrides: Mapping[str, Any]) -> model_config_pb2.ModelConfig:
     """Overrides (ModelConfig's JSON form) as a message; every problem is named at once."""
     problems = []
-    for key in sorted(overrides):
+    top = _by_proto_name(overrides, model_config_pb2.ModelConfig.DESCRIPTOR)
+    for key in sorted(top):
         if key in _OWNED_FIELDS:
             problems.append(f"'{key}' cannot be overridden: {_OWNED_FIELDS[key]}")
-    batching = overrides.get("dynamic_batching")
+    batching = top.get("dynamic_batching")
     if isinstance(batching, Mapping):
-        problems += [f"'dynamic_batching.{key}' is set through {owner}"
-                     for key, owner in _OWNED_BATCHING_FIELDS.items() if key in batching]
-    if isinstance(batching, Mapping) and batching.get("preferred_batch_size"):
-        problems.append("'dynamic_batching.preferred_batch_size' needs a max_batch_size, which "
-                        "stays 0 (vLLM batches inside the engine)")
-    cache = overrides.get("response_cache")
+        batching = _by_proto_name(batching, model_config_pb2.ModelDynamicBatching.DESCRIPTOR)
+        problems += [f"'dynamic_batching.{key}' turns off Triton's payload prefetching "
+                     f"(requests then stall ~500 ms): set {owner} instead, which the backend's "
+                     "queue enforces"
+                     for key, owner in _PREFETCH_OFF_BATCHING_FIELDS.items() if key in batching]
+        if batching.get("preferred_batch_size"):
+            problems.append("'dynamic_batching.preferred_batch_size' needs a max_batch_size, "
+                            "which stays 0 (vLLM batches inside the engine)")
+    cache = top.get("response_cache")
     if isinstance(cache, Mapping) and cache.get("enable"):
         problems.append("'response_cache.enable': Triton does not cache the responses of a "
                         "decoupled (streaming) model")
-    parameters = overrides.get("parameters")
+    parameters = top.get("parameters")
     if isinstance(parameters, Mapping):
         problems += [f"'parameters.{key}' is set through {owner}"
                      for key, owner in _OWNED_PARAMETERS.items() if key in parameters]
+        problems += [f"'parameters.{key}' is set through serving.priority_queue_policies"
+                     for key in sorted(parameters) if key.startswith(LEVEL_QUEUE_POLICY_PREFIX)]
     if problems:
         raise InvalidTritonConfig("triton_config: " + "; ".join(problems))
     message = model_config_pb2.ModelConfig()
@@ -143,6 +162,13 @@ def parse_overrides(overrides: Mapping[str, Any]) -> model_config_pb2.ModelConfi
         raise InvalidTritonConfig(f"triton_config is not a valid Triton ModelConfig: {exc}"
                                   f"{_field_hint(overrides)}") from None
     return message
+
+
+def _by_proto_name(fields: Mapping[str, Any], descriptor: Descriptor) -> dict[str, Any]:
+    # ParseDict takes a field's JSON name (maxBatchSize) as well as its proto name: a refusal
+    # must catch both spellings.
+    json_names = {field.json_name: field.name for field in descriptor.fields}
+    return {json_names.get(key, key): value for key, value in fields.items()}
 
 
 def _field_hint(overrides: Mapping[str, Any]) -> str:

@@ -53,6 +53,35 @@ class StreamResult:
         return "".join(self.texts)
 
 
+def record_response(result: StreamResult, item: Any, error: Any) -> bool:
+    """Add one streamed gRPC response (or error) to ``result``; True when the request is over."""
+    if error is not None:
+        result.error = str(error)
+        result.error_status = getattr(error, "status", lambda: None)()
+        result.done_at = time.monotonic()
+        return True
+    response = item.get_response()
+    text = item.as_numpy("text_output")
+    if text is not None and text.size:
+        if result.first_token_at is None:
+            result.first_token_at = time.monotonic()
+        result.texts.append(b"".join(text.tolist()).decode())
+        reasons = item.as_numpy("finish_reason")
+        if reasons is not None:
+            result.finish_reasons.extend(r.decode() for r in reasons.tolist())
+        counts = item.as_numpy("num_input_tokens")
+        if counts is not None:
+            result.num_input_tokens = int(counts[0])
+        out_counts = item.as_numpy("num_output_tokens")
+        if out_counts is not None:
+            result.num_output_tokens += int(out_counts.sum())
+    if response.parameters["triton_final_response"].bool_param:
+        result.final = True
+        result.done_at = time.monotonic()
+        return True
+    return False
+
+
 class GrpcStream:
     """One gRPC stream (one client each, as tritonclient allows one stream per client)."""
 
@@ -86,29 +115,7 @@ class GrpcStream:
         result = self.result
         while True:
             item, error = self._events.get()
-            if error is not None:
-                result.error = str(error)
-                result.error_status = getattr(error, "status", lambda: None)()
-                result.done_at = time.monotonic()
-                return
-            response = item.get_response()
-            text = item.as_numpy("text_output")
-            if text is not None and text.size:
-                if result.first_token_at is None:
-                    result.first_token_at = time.monotonic()
-                result.texts.append(b"".join(text.tolist()).decode())
-                reasons = item.as_numpy("finish_reason")
-                if reasons is not None:
-                    result.finish_reasons.extend(r.decode() for r in reasons.tolist())
-                counts = item.as_numpy("num_input_tokens")
-                if counts is not None:
-                    result.num_input_tokens = int(counts[0])
-                out_counts = item.as_numpy("num_output_tokens")
-                if out_counts is not None:
-                    result.num_output_tokens += int(out_counts.sum())
-            if response.parameters["triton_final_response"].bool_param:
-                result.final = True
-                result.done_at = time.monotonic()
+            if record_response(result, item, error):
                 return
 
     def wait(self, timeout: float) -> StreamResult:

@@ -14,6 +14,8 @@ from typing import Any
 import psutil
 import tritonclient.http as httpclient
 
+from control_plane.triton import llm_client
+from control_plane.triton.llm_client import StreamResult, stock_inputs
 from control_plane.triton.model_config import (
     model_json_bytes,
     read_model_json,
@@ -21,10 +23,9 @@ from control_plane.triton.model_config import (
     set_parameter,
     to_load_json,
 )
-from control_plane.triton import llm_client
-from control_plane.triton.llm_client import StreamResult, stock_inputs
 from control_plane.triton.runtime import PROJECT_ROOT
 from control_plane.triton.server import TritonServer
+from llm_backend.queue_config import level_policy_key
 
 MODEL = "smollm2"
 MODEL_DIR = PROJECT_ROOT / "model_repository" / MODEL
@@ -37,7 +38,9 @@ TEST_URGENT_QUEUE_SIZE = 2
 def test_model_config() -> tuple[str, dict[str, bytes]]:
     """The shipped config with cheap-to-saturate settings; everything else as shipped."""
     config = read_pbtxt(MODEL_DIR / "config.pbtxt")
-    config.dynamic_batching.priority_queue_policy[1].max_queue_size = TEST_URGENT_QUEUE_SIZE
+    set_parameter(config, level_policy_key(1), json.dumps(
+        {"max_queue_size": TEST_URGENT_QUEUE_SIZE, "default_timeout_microseconds": 30_000_000,
+         "allow_timeout_override": True}))
     set_parameter(config, "drain_timeout_seconds", "20")
     engine_args = read_model_json(MODEL_DIR)
     engine_args["max_num_seqs"] = TEST_MAX_NUM_SEQS

@@ -79,34 +79,6 @@ def test_single_level_only_accepts_one():
 
 
 @pytest.mark.parametrize(
-    ("config", "count", "default"),
-    [
-        ({}, 1, 1),
-        ({"dynamic_batching": {}}, 1, 1),
-        ({"dynamic_batching": None}, 1, 1),
-        ({"dynamic_batching": {"priority_levels": 0}}, 1, 1),
-        ({"dynamic_batching": {"priority_levels": 0, "default_priority_level": 0}}, 1, 1),
-        ({"dynamic_batching": {"priority_levels": 3, "default_priority_level": 3}}, 3, 3),
-        ({"dynamic_batching": {"priority_levels": 3, "default_priority_level": 2}}, 3, 2),
-        ({"dynamic_batching": {"priority_levels": 4}}, 4, 4),
-        ({"dynamic_batching": {"priority_levels": 4, "default_priority_level": 0}}, 4, 4),
-        # protobuf JSON writes uint64 as strings
-        ({"dynamic_batching": {"priority_levels": "3", "default_priority_level": "1"}}, 3, 1),
-    ],
-)
-def test_from_model_config(config, count, default):
-    levels = PriorityLevels.from_model_config(config)
-    assert levels == PriorityLevels(count=count, default=default)
-
-
-def test_from_model_config_invalid_default_raises():
-    with pytest.raises(ValueError, match="default priority level 5 is not in 1..3"):
-        PriorityLevels.from_model_config(
-            {"dynamic_batching": {"priority_levels": 3, "default_priority_level": 5}}
-        )
-
-
-@pytest.mark.parametrize(
     ("count", "default", "match"),
     [
         (0, 1, "at least 1, got 0"),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from vllm.sampling_params import RequestOutputKind
 
-from llm_backend.batcher_wakeup import WAKEUP_PARAMETER, is_wakeup
 from llm_backend.errors import InvalidRequest
 from llm_backend.priority import PriorityLevels
 from llm_backend.request import (
@@ -196,26 +195,6 @@ def test_priority_invalid(bad):
     with pytest.raises(InvalidRequest) as info:
         parse(parameters={"priority": bad})
     assert info.value.field == "priority"
-
-
-@pytest.mark.parametrize(
-    ("parameters", "expected"),
-    [
-        ({WAKEUP_PARAMETER: True}, True),
-        ({WAKEUP_PARAMETER: True, "sent_at_ns": 5}, True),
-        ({WAKEUP_PARAMETER: False}, False),
-        ({WAKEUP_PARAMETER: "true"}, False),
-        ({WAKEUP_PARAMETER: 1}, False),
-        ({}, False),
-        ({"priority": 1}, False),
-    ],
-)
-def test_is_wakeup(parameters, expected):
-    assert is_wakeup(parameters) is expected
-
-
-def test_wakeup_parameter_name():
-    assert WAKEUP_PARAMETER == "llm_backend_wakeup"
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,6 @@ from llm_backend.scheduler import (
     AdmissionScheduler,
     QueuePolicy,
     QueueRejected,
-    policies_from_model_config,
 )
 
 
@@ -567,6 +566,42 @@ def test_expire_drops_cancelled(rec, clock):
     assert rec.started_items == ["run", "b", "a", "c"]
 
 
+def test_release_passes_over_cancelled_items_and_fills_the_slot(rec, clock):
+    gone = {"gone1", "gone2"}
+    sched = AdmissionScheduler(
+        capacity=1, reserved=0, urgent_level=1,
+        policies={level: QueuePolicy() for level in (1, 2, 3)},
+        start=rec.start, reject=rec.reject, cancelled=lambda item: item in gone, clock=clock,
+    )
+    sched.submit("run", 3)
+    for item in ("gone1", "gone2", "next", "later"):
+        sched.submit(item, 3)
+    sched.release(3)
+    # The freed slot goes to the first waiting request whose client is still there.
+    assert rec.started_items == ["run", "next"]
+    assert rec.rejected_items == ["gone1", "gone2"]
+    assert all("cancelled by the client" in error.message for _, error in rec.rejected)
+    assert sched.snapshot() == ({1: 0, 2: 0, 3: 1}, {1: 0, 2: 0, 3: 1})
+
+
+def test_cancelled_items_are_rejected_outside_the_lock(clock):
+    sched: AdmissionScheduler[str]
+    seen: list[tuple[dict[int, int], dict[int, int]]] = []
+
+    def reject(item: str, error: QueueRejected) -> None:
+        seen.append(sched.snapshot())  # would deadlock if called under the lock
+
+    sched = AdmissionScheduler(
+        capacity=1, reserved=0, urgent_level=1, policies={1: QueuePolicy()},
+        start=lambda item, level: None, reject=reject, cancelled=lambda item: item == "gone",
+        clock=clock,
+    )
+    sched.submit("run", 1)
+    sched.submit("gone", 1)
+    sched.release(1)
+    assert seen == [({1: 0}, {1: 0})]
+
+
 def test_expire_without_is_cancelled_keeps_everything(rec, clock):
     sched = make(rec, clock, capacity=1, reserved=0)
     sched.submit("run", 3)
@@ -853,75 +888,6 @@ def test_queue_policy_from_config(raw, expected):
 )
 def test_queue_policy_timeout_for(policy, requested, expected):
     assert policy.timeout_for(requested) == expected
-
-
-# -- policies_from_model_config ------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "model_config",
-    [{}, {"dynamic_batching": None}, {"dynamic_batching": {}},
-     {"dynamic_batching": {"default_queue_policy": None, "priority_queue_policy": None}}],
-)
-def test_policies_without_any_policy(model_config):
-    assert policies_from_model_config(model_config, 3) == {
-        1: QueuePolicy(), 2: QueuePolicy(), 3: QueuePolicy(),
-    }
-
-
-def test_policies_per_level_and_default():
-    model_config = {
-        "dynamic_batching": {
-            "priority_levels": 3,
-            "default_queue_policy": {"max_queue_size": 256,
-                                     "default_timeout_microseconds": "120000000",
-                                     "allow_timeout_override": True},
-            "priority_queue_policy": {
-                "1": {"max_queue_size": "16", "default_timeout_microseconds": "30000000",
-                      "allow_timeout_override": True},
-                "2": {"max_queue_size": "64"},
-            },
-        }
-    }
-    policies = policies_from_model_config(model_config, 3)
-    assert policies == {
-        1: QueuePolicy(max_queue_size=16, default_timeout_s=30.0, allow_timeout_override=True),
-        # A level's own entry replaces the default entirely; it does not inherit its fields.
-        2: QueuePolicy(max_queue_size=64),
-        3: QueuePolicy(max_queue_size=256, default_timeout_s=120.0, allow_timeout_override=True),
-    }
-
-
-def test_policies_levels_argument_decides_the_levels():
-    model_config = {
-        "dynamic_batching": {
-            "default_queue_policy": {"max_queue_size": 4},
-            "priority_queue_policy": {"2": {"max_queue_size": 1}, "9": {"max_queue_size": 2}},
-        }
-    }
-    policies = policies_from_model_config(model_config, 2)
-    assert policies == {1: QueuePolicy(max_queue_size=4), 2: QueuePolicy(max_queue_size=1)}
-    assert policies_from_model_config(model_config, 1) == {1: QueuePolicy(max_queue_size=4)}
-
-
-def test_policies_drive_the_scheduler(rec, clock):
-    model_config = {
-        "dynamic_batching": {
-            "priority_queue_policy": {"1": {"max_queue_size": "1",
-                                            "default_timeout_microseconds": "2000000"}},
-        }
-    }
-    sched = make(rec, clock, capacity=1, reserved=0,
-                 policies=policies_from_model_config(model_config, 2))
-    sched.submit("run", 2)
-    sched.submit("u1", 1)
-    with pytest.raises(QueueRejected, match="priority level 1"):
-        sched.submit("u2", 1)
-    sched.submit("e1", 2)
-    clock.advance(2)
-    sched.expire()
-    assert rec.rejected_items == ["u1"]
-    assert waiting(sched) == {1: 0, 2: 1}
 
 
 # -- Triton's override rule and unsupported actions ------------------------------------------------

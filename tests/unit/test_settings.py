@@ -9,7 +9,13 @@ import pytest
 
 from llm_backend.priority import PriorityLevels
 from llm_backend.scheduler import QueuePolicy
-from llm_backend.settings import BackendSettings, SettingsError, load_engine_args, load_settings
+from llm_backend.settings import (
+    BackendSettings,
+    SettingsError,
+    load_engine_args,
+    load_settings,
+    settings_from,
+)
 
 
 def write_model_json(directory: Path, content) -> Path:
@@ -120,7 +126,6 @@ def test_defaults(version_dir):
     assert settings.queue_policies == {1: QueuePolicy()}
     assert settings.back_pressure is True
     assert settings.priority_passthrough is True
-    assert settings.batcher_wakeup is True
     assert settings.drain_timeout_s == 30.0
 
 
@@ -129,19 +134,19 @@ def test_missing_model_json_propagates(tmp_path):
         load_settings({}, tmp_path)
 
 
-@pytest.mark.parametrize("key", ["back_pressure", "priority_passthrough", "batcher_wakeup"])
+@pytest.mark.parametrize("key", ["back_pressure", "priority_passthrough"])
 @pytest.mark.parametrize(
     ("text", "expected"),
     [("true", True), ("TRUE", True), (" True ", True), ("1", True), ("yes", True), ("on", True),
      ("false", False), ("False", False), ("0", False), ("no", False), ("off", False),
-     ("", True), ("   ", True)],  # empty: default (True for all three)
+     ("", True), ("   ", True)],  # empty: default (True for both)
 )
 def test_flags(version_dir, key, text, expected):
     settings = load_settings(config(**{key: text}), version_dir)
     assert getattr(settings, key) is expected
 
 
-@pytest.mark.parametrize("key", ["back_pressure", "priority_passthrough", "batcher_wakeup"])
+@pytest.mark.parametrize("key", ["back_pressure", "priority_passthrough"])
 @pytest.mark.parametrize("text", ["maybe", "2", "truee", "y"])
 def test_bad_flags(version_dir, key, text):
     with pytest.raises(SettingsError) as info:
@@ -234,17 +239,39 @@ def test_passthrough_off_leaves_policy_unset(version_dir):
 
 
 @pytest.mark.parametrize(
-    ("batching", "levels"),
+    ("parameters", "levels"),
     [
-        ({"priority_levels": 3, "default_priority_level": 3}, PriorityLevels(3, 3)),
-        ({"priority_levels": 2, "default_priority_level": 1}, PriorityLevels(2, 1)),
-        ({"priority_levels": 5}, PriorityLevels(5, 5)),
+        ({"priority_levels": "3", "default_priority_level": "3"}, PriorityLevels(3, 3)),
+        ({"priority_levels": "2", "default_priority_level": "1"}, PriorityLevels(2, 1)),
+        ({"priority_levels": "5"}, PriorityLevels(5, 5)),
         ({}, PriorityLevels(1, 1)),
     ],
 )
-def test_priority_levels_from_dynamic_batching(version_dir, batching, levels):
-    cfg = {**config(back_pressure="true"), "dynamic_batching": batching}
+def test_priority_levels_from_parameters(version_dir, parameters, levels):
+    cfg = {**config(back_pressure="true", **parameters), "dynamic_batching": {}}
     assert load_settings(cfg, version_dir).levels == levels
+
+
+@pytest.mark.parametrize(
+    "batching",
+    [{"priority_levels": 3}, {"default_queue_policy": {"max_queue_size": 8}},
+     {"priority_queue_policy": {"1": {"max_queue_size": 1}}}],
+)
+def test_triton_queue_settings_are_refused_at_load(version_dir, batching):
+    with pytest.raises(SettingsError) as info:
+        load_settings({**config(priority_levels="3"), "dynamic_batching": batching}, version_dir)
+    assert "Triton turns payload prefetching off" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("parameters", "fragment"),
+    [({"priority_levels": "0"}, "parameters.priority_levels: must be 1..16"),
+     ({"default_queue_policy": "{"}, "parameters.default_queue_policy: invalid JSON")],
+)
+def test_bad_levels_or_policies_are_settings_errors(version_dir, parameters, fragment):
+    with pytest.raises(SettingsError) as info:
+        load_settings(config(**parameters), version_dir)
+    assert str(info.value).startswith(fragment)
 
 
 def test_full_config(tmp_path, monkeypatch):
@@ -252,20 +279,14 @@ def test_full_config(tmp_path, monkeypatch):
     write_model_json(tmp_path, {"model": "${LLM_TEST_MODELS}/opt", "max_model_len": 256})
     cfg = {
         **config(
-            max_inflight_requests="16", back_pressure="false", batcher_wakeup="off",
+            max_inflight_requests="16", back_pressure="false",
             drain_timeout_seconds="5", reserved_urgent_slots="2", urgent_priority_level="2",
+            priority_levels="3", default_priority_level="3",
+            default_queue_policy='{"max_queue_size": 256, "default_timeout_microseconds": 120000000}',
+            **{"priority_queue_policy.1": '{"max_queue_size": 16, '
+               '"default_timeout_microseconds": 30000000, "allow_timeout_override": true}'},
         ),
-        "dynamic_batching": {
-            "priority_levels": 3,
-            "default_priority_level": 3,
-            "default_queue_policy": {
-                "max_queue_size": 256, "default_timeout_microseconds": "120000000",
-            },
-            "priority_queue_policy": {
-                "1": {"max_queue_size": "16", "default_timeout_microseconds": "30000000",
-                      "allow_timeout_override": True},
-            },
-        },
+        "dynamic_batching": {},
     }
     settings = load_settings(cfg, tmp_path)
     default_policy = QueuePolicy(max_queue_size=256, default_timeout_s=120.0)
@@ -282,7 +303,6 @@ def test_full_config(tmp_path, monkeypatch):
         },
         back_pressure=False,
         priority_passthrough=True,
-        batcher_wakeup=False,
         drain_timeout_s=5.0,
     )
 
@@ -297,7 +317,7 @@ def test_drain_timeout_seconds_must_be_finite(version_dir, text):
 
 
 def levels_config(count: int, **parameters: str) -> dict:
-    return {**config(**parameters), "dynamic_batching": {"priority_levels": count}}
+    return config(priority_levels=str(count), **parameters)
 
 
 @pytest.mark.parametrize(
@@ -364,25 +384,16 @@ def test_queue_policies_default_unbounded_for_every_level(version_dir):
     )
 
 
-def test_queue_policies_triton_json_form(version_dir):
-    # As Triton hands the config to the backend: map keys as strings, uint64 values as strings.
-    cfg = {
-        "dynamic_batching": {
-            "priority_levels": 3,
-            "default_priority_level": 3,
-            "default_queue_policy": {
-                "timeout_action": "REJECT",
-                "default_timeout_microseconds": "120000000",
-                "allow_timeout_override": True,
-                "max_queue_size": 256,
-            },
-            "priority_queue_policy": {
-                "1": {"max_queue_size": "16", "default_timeout_microseconds": "30000000",
-                      "allow_timeout_override": True},
-                "2": {"max_queue_size": 64, "default_timeout_microseconds": "60000000"},
-            },
-        }
-    }
+def test_queue_policies_as_the_shipped_config_declares_them(version_dir):
+    cfg = config(
+        priority_levels="3", default_priority_level="3",
+        default_queue_policy='{"timeout_action": "REJECT", "default_timeout_microseconds": '
+                             '120000000, "allow_timeout_override": true, "max_queue_size": 256}',
+        **{"priority_queue_policy.1": '{"max_queue_size": 16, "default_timeout_microseconds": '
+                                      '30000000, "allow_timeout_override": true}',
+           "priority_queue_policy.2": '{"max_queue_size": 64, "default_timeout_microseconds": '
+                                      '60000000}'},
+    )
     policies = load_settings(cfg, version_dir).queue_policies
     assert policies == {
         1: QueuePolicy(max_queue_size=16, default_timeout_s=30.0, allow_timeout_override=True),
@@ -393,31 +404,20 @@ def test_queue_policies_triton_json_form(version_dir):
     assert type(policies[1].max_queue_size) is int
 
 
-def test_queue_policies_levels_without_entry_fall_back_to_default(version_dir):
-    cfg = {
-        "dynamic_batching": {
-            "priority_levels": 4,
-            "default_queue_policy": {"max_queue_size": "8"},
-            "priority_queue_policy": {"2": {"max_queue_size": "1"}},
-        }
-    }
-    policies = load_settings(cfg, version_dir).queue_policies
-    assert sorted(policies) == [1, 2, 3, 4]
-    assert policies[2] == QueuePolicy(max_queue_size=1)
-    for level in (1, 3, 4):
-        assert policies[level] == QueuePolicy(max_queue_size=8)
-
-
 def test_queue_policies_without_priority_levels(version_dir):
-    cfg = {"dynamic_batching": {"default_queue_policy": {"max_queue_size": "5"}}}
+    cfg = config(default_queue_policy='{"max_queue_size": 5}')
     assert load_settings(cfg, version_dir).queue_policies == {1: QueuePolicy(max_queue_size=5)}
 
 
-def test_queue_policies_ignore_entries_for_undeclared_levels(version_dir):
-    cfg = {
-        "dynamic_batching": {
-            "priority_levels": 2,
-            "priority_queue_policy": {"7": {"max_queue_size": "3"}},
-        }
-    }
-    assert load_settings(cfg, version_dir).queue_policies == {1: QueuePolicy(), 2: QueuePolicy()}
+def test_shipped_model_config_loads():
+    from control_plane.triton.model_config import read_pbtxt, to_load_json
+    from control_plane.triton.runtime import PROJECT_ROOT
+
+    shipped = json.loads(to_load_json(read_pbtxt(
+        PROJECT_ROOT / "model_repository" / "smollm2" / "config.pbtxt")))
+    settings = settings_from(shipped, {"model": "m", "max_num_seqs": 9})
+    assert settings.levels == PriorityLevels(3, 3)
+    assert settings.queue_policies[1] == QueuePolicy(
+        max_queue_size=16, default_timeout_s=30.0, allow_timeout_override=True)
+    assert settings.queue_policies[3].max_queue_size == 256
+    assert "priority_levels" not in shipped.get("dynamic_batching", {})

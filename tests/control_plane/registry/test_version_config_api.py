@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import update
+from sqlalchemy.orm import Session, sessionmaker
+
+from control_plane.db import transaction
+from control_plane.registry.orm import ModelVersion
 
 VERSIONS = "/api/v1/models/m/versions"
 
@@ -31,7 +36,8 @@ def test_settings_and_overrides_reach_the_rendered_config(
         "source": "hf://org/m", "engine_args": {"max_num_seqs": 6},
         "serving": {"priority_levels": 2, "priority_queue_policies": {"1": {"max_queue_size": 4}},
                     "max_inflight_requests": 5},
-        "triton_config": {"parameters": {"batcher_wakeup": {"string_value": "false"}}}})
+        "triton_config": {"parameters": {"tenant": {"string_value": "research"}},
+                          "dynamic_batching": {"max_queue_delay_microseconds": 100}}})
     assert created.status_code == 201, created.text
     assert created.json()["serving"]["default_priority_level"] is None
     config = client.get(f"{VERSIONS}/1/config", headers=writer)
@@ -39,11 +45,16 @@ def test_settings_and_overrides_reach_the_rendered_config(
     body = config.json()
     assert (body["name"], body["backend"]) == ("m", "llm_vllm")
     assert body["model_transaction_policy"] == {"decoupled": True}
-    assert body["dynamic_batching"]["priority_levels"] == "2"
-    assert body["dynamic_batching"]["default_priority_level"] == "2"
-    assert body["dynamic_batching"]["priority_queue_policy"]["1"]["max_queue_size"] == 4
-    assert body["parameters"]["max_inflight_requests"] == {"string_value": "5"}
-    assert body["parameters"]["batcher_wakeup"] == {"string_value": "false"}
+    # Levels and queue policies go to the backend's queue; Triton's batcher keeps prefetching.
+    assert body["dynamic_batching"] == {"max_queue_delay_microseconds": "100"}
+    assert {key: value["string_value"] for key, value in body["parameters"].items()} == {
+        "priority_levels": "2", "default_priority_level": "2",
+        "default_queue_policy": '{"timeout_action":"REJECT","default_timeout_microseconds":'
+                                '120000000,"allow_timeout_override":true,"max_queue_size":256}',
+        "priority_queue_policy.1": '{"timeout_action":"REJECT","default_timeout_microseconds":0,'
+                                   '"allow_timeout_override":true,"max_queue_size":4}',
+        "max_inflight_requests": "5", "reserved_urgent_slots": "1",
+        "urgent_priority_level": "1", "drain_timeout_seconds": "30", "tenant": "research"}
     assert body["input"][0]["name"] == "text_input"
 
 
@@ -61,6 +72,21 @@ def test_a_config_the_backend_would_refuse_is_refused_and_nothing_is_stored(
         "source": "hf://org/m", "triton_config": {"instance_group": [{"count": 2}]}})
     assert owned.status_code == 422
     assert "'instance_group' cannot be overridden" in owned.json()["detail"]
+    prefetch_off = client.post(VERSIONS, headers=writer, json={
+        "source": "hf://org/m", "triton_config": {"dynamic_batching": {"priority_levels": 2}}})
+    assert prefetch_off.status_code == 422
+    assert prefetch_off.json() == {
+        "error": "InvalidTritonConfig",
+        "detail": "triton_config: 'dynamic_batching.priority_levels' turns off Triton's payload "
+                  "prefetching (requests then stall ~500 ms): set serving.priority_levels "
+                  "instead, which the backend's queue enforces"}
+    level_policy = client.post(VERSIONS, headers=writer, json={
+        "source": "hf://org/m",
+        "triton_config": {"parameters": {"priority_queue_policy.1": {"string_value": "{}"}}}})
+    assert level_policy.status_code == 422
+    assert level_policy.json()["detail"] == (
+        "triton_config: 'parameters.priority_queue_policy.1' is set through "
+        "serving.priority_queue_policies")
     unknown = client.post(VERSIONS, headers=writer, json={
         "source": "hf://org/m", "triton_config": {"dynamic_batching": {"prefered": 1}}})
     assert unknown.status_code == 422
@@ -71,6 +97,20 @@ def test_a_config_the_backend_would_refuse_is_refused_and_nothing_is_stored(
     assert "priority_queue_policies names level(s) [2] beyond priority_levels 1" in \
         inconsistent.text
     assert client.get(VERSIONS, headers=writer).json()["total"] == 0
+
+
+def test_a_version_stored_with_the_retired_batcher_wakeup_parameter_still_renders(
+        client: TestClient, writer: dict[str, str], model: str,
+        session_factory: sessionmaker[Session]) -> None:
+    client.post(VERSIONS, headers=writer, json={"source": "hf://org/m"})
+    # What a version registered while the backend had batcher wake-ups may carry.
+    with transaction(session_factory) as session:
+        session.execute(update(ModelVersion).values(
+            triton_config={"parameters": {"batcher_wakeup": {"string_value": "false"}}}))
+    config = client.get(f"{VERSIONS}/1/config", headers=writer)
+    assert config.status_code == 200, config.text
+    assert config.json()["parameters"]["batcher_wakeup"] == {"string_value": "false"}
+    assert config.json()["dynamic_batching"] == {}
 
 
 def test_settings_are_immutable(client: TestClient, writer: dict[str, str], model: str) -> None:

@@ -280,6 +280,13 @@ def shipped_settings() -> dict[str, Any]:
             "parameters": {key: value.string_value for key, value in config.parameters.items()}}
 
 
+def shared_slots() -> int:
+    """Engine slots level 3 may use through Triton: max_num_seqs less the reserved ones."""
+    config = read_pbtxt(MODEL_DIR / "config.pbtxt")
+    reserved = int(config.parameters["reserved_urgent_slots"].string_value or 1)
+    return int(read_model_json(MODEL_DIR)["max_num_seqs"]) - reserved
+
+
 def _csv_ints(text: str) -> list[int]:
     return [int(part) for part in text.split(",") if part.strip()]
 
@@ -295,16 +302,25 @@ def main() -> None:
                         help="a request with no final answer by then is hung (and cancelled)")
     parser.add_argument("--urgent", type=int, default=10,
                         help="most urgent requests sent during each Triton burst")
+    parser.add_argument("--shared-slots-baseline", action="store_true",
+                        help="also run the engine directly with max_num_seqs = the slots level 3 "
+                             "may use through Triton (max_num_seqs - reserved_urgent_slots), to "
+                             "tell the reserved slot's cost from the request path's")
+    parser.add_argument("--results-name", default="burst",
+                        help="bench/results/<name>.json (a partial run keeps the full one)")
     args = parser.parse_args()
 
     server = start_server("burst")
     # One loop for every Triton burst: grpc.aio ties its machinery to the loop it first runs on.
     loop = asyncio.new_event_loop()
     direct: DirectEngine | None = None
+    shared: DirectEngine | None = None
     bursts: dict[str, dict[str, Any]] = {}
     try:
         load_s = load_variant(server, SHIPPED)
         direct = DirectEngine(shipped_engine_args())
+        if args.shared_slots_baseline:
+            shared = DirectEngine({**shipped_engine_args(), "max_num_seqs": shared_slots()})
         warm_prompts, warm = PROMPTS[:4], sampling(8)
         warm_triton = loop.run_until_complete(triton_burst(server, warm_prompts, warm, 120, 0))
         warm_outcomes = warm_triton[0] + run_direct(direct, warm_prompts, warm, 120)[0]
@@ -317,11 +333,12 @@ def main() -> None:
             prompts = [PROMPTS[i % len(PROMPTS)] for i in range(n)]
             params = sampling(tokens)
             burst: dict[str, Any] = {"n": n, "tokens": tokens, "drained": True}
-            for path in (("triton", "direct") if index % 2 == 0 else ("direct", "triton")):
+            order = ["triton", "direct", *(["direct_shared_slots"] if shared else [])]
+            for path in (order if index % 2 == 0 else order[::-1]):
                 print(f"burst n={n} tokens={tokens}: {path}", flush=True)
-                if path == "direct":
-                    burst["direct"] = summarize(
-                        *run_direct(direct, prompts, params, args.deadline_s))
+                if path.startswith("direct"):
+                    engine = direct if path == "direct" else shared
+                    burst[path] = summarize(*run_direct(engine, prompts, params, args.deadline_s))
                     continue
                 burst["triton"] = summarize_triton(*loop.run_until_complete(
                     triton_burst(server, prompts, params, args.deadline_s, args.urgent)))
@@ -335,16 +352,18 @@ def main() -> None:
                       "stopping here", flush=True)
                 break
     finally:
-        if direct is not None:
-            direct.shutdown()
+        for engine in (direct, shared):
+            if engine is not None:
+                engine.shutdown()
         loop.close()
         server.stop()
 
     report(bursts)
-    write_results("burst", {
+    write_results(args.results_name, {
         "sizes": args.sizes, "tokens": args.tokens, "deadline_s": args.deadline_s,
         "urgent": URGENT, "urgent_limit": args.urgent, "load_seconds": load_s,
         "shipped": shipped_settings(), "bursts": bursts,
+        "shared_slots_baseline": shared_slots() if args.shared_slots_baseline else None,
     })
 
 
@@ -360,7 +379,11 @@ def report(bursts: dict[str, dict[str, Any]]) -> None:
             burst["burst_time_ratio"] = triton["wall_s"] / base["wall_s"]
             burst["throughput_ratio"] = (triton["tokens_per_s"] / base["tokens_per_s"]
                                          if base["tokens_per_s"] else None)
-        for name, path in (("triton", triton), ("direct", base)):
+        same_slots = burst.get("direct_shared_slots")
+        if triton and same_slots:
+            burst["burst_time_ratio_vs_shared_slots"] = triton["wall_s"] / same_slots["wall_s"]
+        for name, path in (("triton", triton), ("direct", base),
+                           ("direct, shared slots", same_slots)):
             if path is None:
                 continue
             urgent = path.get("urgent", {})
@@ -377,6 +400,7 @@ def report(bursts: dict[str, dict[str, Any]]) -> None:
     for key, burst in bursts.items():
         refusals = burst.get("triton", {}).get("errors", {})
         print(f"{key}: burst_time_ratio = {_cell(burst.get('burst_time_ratio'))}   "
+              f"vs shared slots = {_cell(burst.get('burst_time_ratio_vs_shared_slots'))}   "
               f"throughput_ratio = {_cell(burst.get('throughput_ratio'))}   "
               f"hung_requests = {burst['hung_requests']}"
               + "".join(f"\n    {count} x {message[:160]}" for message, count in refusals.items()))

@@ -37,6 +37,8 @@ from control_plane.triton.llm_client import GrpcStream
 # overhead weighs more than with long ones.
 SAMPLING = {"max_tokens": 16, "ignore_eos": True, "temperature": 0}
 MIN_REQUESTS = 200
+# Between the first requests of the clients of a phase.
+STAGGER_S = 0.1
 # A request that waited this long for its first token was stalled (the no-load TTFT is ~30-60 ms).
 STALL_S = 0.4
 SHIPPED = Variant("smollm2", {}, {})
@@ -87,7 +89,8 @@ def _round(calls: list[Any]) -> tuple[int, float, list[float]]:
     return sum(r[0] for r in results), elapsed, [r[1] for r in results]
 
 
-def _steady(path: Any, concurrency: int, seconds: float, offset: int) -> tuple[int, float, list[float]]:
+def _steady(path: Any, concurrency: int, seconds: float, offset: int
+            ) -> tuple[int, float, list[float]]:
     """Closed loop: ``concurrency`` clients, each sending its next request when one ends."""
     started = time.monotonic()
     stop_at = started + seconds
@@ -95,6 +98,9 @@ def _steady(path: Any, concurrency: int, seconds: float, offset: int) -> tuple[i
     def client(index: int) -> Any:
         def run() -> tuple[int, list[float]]:
             tokens, ttfts, n = 0, [], 0
+            # Clients join one after another, as in steady traffic: eight arrivals in the same
+            # instant are a burst (bench/burst.py), whose first step vLLM itself takes ~1 s over.
+            time.sleep(index * STAGGER_S)
             while time.monotonic() < stop_at:
                 produced, ttft = path(PROMPTS[(offset + index + n) % len(PROMPTS)], index)()
                 tokens, n = tokens + produced, n + 1

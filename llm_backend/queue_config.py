@@ -23,6 +23,7 @@ import difflib
 import json
 from typing import Any
 
+from llm_backend.parameters import parameter_text
 from llm_backend.priority import PriorityLevels
 from llm_backend.scheduler import QueuePolicy
 
@@ -44,16 +45,8 @@ def level_policy_key(level: int) -> str:
     return f"{LEVEL_QUEUE_POLICY_PREFIX}{level}"
 
 
-def _parameter(model_config: dict[str, Any], key: str) -> str | None:
-    value = (model_config.get("parameters") or {}).get(key)
-    if value is None:
-        return None
-    text = str(value.get("string_value", "")).strip()
-    return text or None
-
-
 def _integer(model_config: dict[str, Any], key: str) -> int | None:
-    text = _parameter(model_config, key)
+    text = parameter_text(model_config, key)
     if text is None:
         return None
     try:
@@ -127,7 +120,7 @@ def policies_from_model_config(model_config: dict[str, Any], levels: int) -> dic
 
 
 def _policy(model_config: dict[str, Any], key: str) -> QueuePolicy | None:
-    text = _parameter(model_config, key)
+    text = parameter_text(model_config, key)
     if text is None:
         return None
     try:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llm_backend.parameters import parameter_text
 from llm_backend.priority import PriorityLevels
 from llm_backend.queue_config import (
     QueueConfigError,
@@ -44,16 +45,8 @@ class BackendSettings:
     drain_timeout_s: float
 
 
-def _parameter(model_config: dict[str, Any], key: str) -> str | None:
-    value = (model_config.get("parameters") or {}).get(key)
-    if value is None:
-        return None
-    text = str(value.get("string_value", "")).strip()
-    return text or None
-
-
 def _flag(model_config: dict[str, Any], key: str, default: bool) -> bool:
-    text = _parameter(model_config, key)
+    text = parameter_text(model_config, key)
     if text is None:
         return default
     if text.lower() in _TRUE:
@@ -64,7 +57,7 @@ def _flag(model_config: dict[str, Any], key: str, default: bool) -> bool:
 
 
 def _number(model_config: dict[str, Any], key: str, kind: type, minimum: float) -> Any:
-    text = _parameter(model_config, key)
+    text = parameter_text(model_config, key)
     if text is None:
         return None
     try:

@@ -52,8 +52,11 @@ async def http_stream(client: httpx.AsyncClient, model: str, prompt: str,
 
 
 def _error_text(payload: str) -> str:
+    """The message of a refusal: generate_stream sends it as an SSE event (``data: {...}``),
+    other endpoints as plain JSON."""
+    text = payload.strip().removeprefix("data:")
     try:
-        return str(json.loads(payload).get("error", payload))
+        return str(json.loads(text).get("error", payload))
     except (json.JSONDecodeError, AttributeError):
         return payload
 

@@ -84,25 +84,28 @@ def test_burst_of_200_streams_is_answered_and_urgent_overtakes(served):
 
 def _drop_300(served) -> None:
     """300 streams at once, dropped once some run and most wait; everything they held is freed."""
-    async def run() -> tuple[int, int]:
+    async def run() -> tuple[list[str], int]:
         http, grpc = _clients(served)
         try:
             tasks = [asyncio.create_task(call()) for call in _requests(http, grpc, DROPPED, LONG)]
             # Some run, most wait (or are refused at once: the level's queue holds 256).
             await _until(lambda: metric(served, "llm_inflight_requests") >= 2
                          and metric(served, "llm_waiting_requests") >= 200, 120)
-            refused = sum(t.done() and not t.exception() and bool(t.result().error)
-                          for t in tasks)
+            refusals = [t.result().error for t in tasks
+                        if t.done() and not t.exception() and t.result().error]
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            return refused, len(tasks)
+            return refusals, len(tasks)
         finally:
             await http.aclose()
             await grpc.close()
 
-    refused, sent = asyncio.run(run())
-    assert sent == DROPPED and refused <= DROPPED - 256
+    refusals, sent = asyncio.run(run())
+    assert sent == DROPPED and len(refusals) <= DROPPED - 256
+    # Beyond what the level's queue holds, a request is refused at once, saying why.
+    assert all(error.startswith("priority level 3 queue is full (256 waiting, max_queue_size)")
+               for error in refusals), refusals[:3]
     for name, labels in [("llm_inflight_requests", {}), ("llm_waiting_requests", {}),
                          ("llm_engine_requests", {"state": "running"}),
                          ("llm_engine_requests", {"state": "waiting"})]:

@@ -114,7 +114,7 @@ def test_full_priority_queue_refuses_with_queue_size_error(saturated, served):
         errors = [u.result.error for u in urgent if u.result.error]
         assert len(errors) == 1 and "queue is full" in errors[0], errors
         assert "max_queue_size" in errors[0]
-        assert metric(served, "llm_waiting_requests", priority="1") == 2
+        assert wait_until(lambda: metric(served, "llm_waiting_requests", priority="1") == 2, 10)
     finally:
         _close_all(served, [running_urgent, *urgent], settle=False)
 

@@ -79,7 +79,6 @@ class TritonPythonModel:
         self._engine = EngineHost(self._settings.engine_args, self._metrics, self._on_engine_dead)
         self._engine.start()
         self._scheduler = self._build_scheduler()
-        self._published_gauges: tuple[dict[int, int], dict[int, int]] | None = None
         self._admission = Admission(self._engine.max_model_len)
         self._ticker = threading.Thread(target=self._tick, name="queue-ticker", daemon=True)
         self._ticker.start()
@@ -176,14 +175,10 @@ class TritonPythonModel:
         return job.sink.is_cancelled()
 
     def _publish_request_gauges(self) -> None:
-        # Only this thread publishes, at most once a tick: each gauge update is a blocking message
-        # to the Triton process, which neither execute() nor the engine loop should wait on during
-        # a burst; an idle model sends none.
-        snapshot = self._scheduler.snapshot()
-        if snapshot == self._published_gauges:
-            return
-        self._metrics.set_requests(*snapshot, previous=self._published_gauges)
-        self._published_gauges = snapshot
+        # Only this thread publishes, once a tick: a gauge update is a blocking message to the
+        # Triton process, which neither execute() nor the engine loop should wait on during a
+        # burst (the metrics send only values that changed, so an idle model sends none).
+        self._metrics.set_requests(*self._scheduler.snapshot())
 
     def _on_engine_dead(self, error: BaseException) -> None:
         # Only the first failing request unloads; r24.10 has no other way to mark a model

@@ -51,6 +51,7 @@ class TritonBackendMetrics:
         self._engine_running = engine.Metric(labels={**labels, "state": "running"})
         self._engine_waiting = engine.Metric(labels={**labels, "state": "waiting"})
         self._engine_counts: tuple[int, int] | None = None
+        self._last_set: dict[Any, int] = {}
         self._closed = False
 
     def close(self) -> None:
@@ -60,6 +61,7 @@ class TritonBackendMetrics:
             self._closed = True
             self._inflight.clear()
             self._waiting.clear()
+            self._last_set.clear()
             for name in ("_prompt", "_generated", "_ttft", "_itl", "_engine_running",
                          "_engine_waiting"):
                 setattr(self, name, None)
@@ -81,22 +83,18 @@ class TritonBackendMetrics:
         if not self._closed:
             self._itl.observe(seconds)
 
-    def set_requests(self, inflight: dict[int, int], waiting: dict[int, int],
-                     previous: tuple[dict[int, int], dict[int, int]] | None = None) -> None:
-        """Set the per-level gauges; with ``previous`` (the values last set), only those that
-        changed, since each update is a blocking message to the Triton process."""
-        old_inflight, old_waiting = previous or ({}, {})
+    def set_requests(self, inflight: dict[int, int], waiting: dict[int, int]) -> None:
+        """Set the per-level gauges. Only values that changed are sent: each update is a
+        blocking message to the Triton process."""
         with self._lock:
             if self._closed:
                 return
-            for level, gauge in self._inflight.items():
-                value = inflight.get(level, 0)
-                if previous is None or old_inflight.get(level, 0) != value:
-                    gauge.set(value)
-            for level, gauge in self._waiting.items():
-                value = waiting.get(level, 0)
-                if previous is None or old_waiting.get(level, 0) != value:
-                    gauge.set(value)
+            for gauges, values in ((self._inflight, inflight), (self._waiting, waiting)):
+                for level, gauge in gauges.items():
+                    value = values.get(level, 0)
+                    if self._last_set.get(gauge) != value:
+                        gauge.set(value)
+                        self._last_set[gauge] = value
 
     def set_engine_requests(self, running: int, waiting: int) -> None:
         # Called after every engine step: unchanged counts send nothing.

@@ -27,7 +27,13 @@ from control_plane.deployments.specs import VersionSpec
 from control_plane.errors import InvalidTritonConfig
 from control_plane.placement.model import Device, Placement
 from control_plane.registry.serving import QueuePolicy, ServingSettings
-from llm_backend.queue_config import LEVEL_QUEUE_POLICY_PREFIX
+from llm_backend.queue_config import (
+    DEFAULT_PRIORITY_LEVEL,
+    DEFAULT_QUEUE_POLICY,
+    LEVEL_QUEUE_POLICY_PREFIX,
+    PRIORITY_LEVELS,
+    level_policy_key,
+)
 from llm_backend.settings import SettingsError, settings_from
 
 BACKEND = "llm_vllm"
@@ -76,9 +82,9 @@ _PREFETCH_OFF_BATCHING_FIELDS = {
 }
 # parameters keys the serving settings write.
 _OWNED_PARAMETERS = {
-    "priority_levels": "serving.priority_levels",
-    "default_priority_level": "serving.default_priority_level",
-    "default_queue_policy": "serving.default_queue_policy",
+    PRIORITY_LEVELS: "serving.priority_levels",
+    DEFAULT_PRIORITY_LEVEL: "serving.default_priority_level",
+    DEFAULT_QUEUE_POLICY: "serving.default_queue_policy",
     "max_inflight_requests": "serving.max_inflight_requests",
     "reserved_urgent_slots": "serving.reserved_urgent_slots",
     "urgent_priority_level": "serving.urgent_priority_level",
@@ -111,10 +117,10 @@ def apply_serving(config: model_config_pb2.ModelConfig, serving: ServingSettings
     """Write the serving settings as ``parameters``; ``dynamic_batching`` is present and empty."""
     config.dynamic_batching.SetInParent()
     parameters = {
-        "priority_levels": str(serving.priority_levels),
-        "default_priority_level": str(serving.effective_default_level),
-        "default_queue_policy": _policy_text(serving.default_queue_policy),
-        **{f"{LEVEL_QUEUE_POLICY_PREFIX}{level}": _policy_text(policy)
+        PRIORITY_LEVELS: str(serving.priority_levels),
+        DEFAULT_PRIORITY_LEVEL: str(serving.effective_default_level),
+        DEFAULT_QUEUE_POLICY: _policy_text(serving.default_queue_policy),
+        **{level_policy_key(level): _policy_text(policy)
            for level, policy in sorted(serving.priority_queue_policies.items())},
         "max_inflight_requests": "" if serving.max_inflight_requests is None
         else str(serving.max_inflight_requests),

@@ -1,7 +1,7 @@
 # Two commands do all the set-up (each installs what is missing first, then reuses it):
 #   make serve   tritonserver + the demo LLM through our vLLM backend, ready for HTTP and gRPC
 #   make test    the whole test suite (what CI runs)
-.PHONY: setup serve test unit-test bench bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement bench-burst
+.PHONY: setup serve test unit-test bench bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement bench-burst bench-promotion
 
 PYTHON := .venv/bin/python
 
@@ -17,7 +17,7 @@ test: setup
 unit-test: setup
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/unit
 
-bench: bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement bench-burst
+bench: bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement bench-burst bench-promotion
 
 bench-overhead: setup
 	$(PYTHON) -m bench.overhead
@@ -39,3 +39,6 @@ bench-placement: setup
 
 bench-burst: setup
 	$(PYTHON) -m bench.burst
+
+bench-promotion: setup
+	$(PYTHON) -m bench.promotion

@@ -27,12 +27,17 @@ from control_plane.nodes.repository import NodeRepository
 from control_plane.nodes.routes import router as nodes_router
 from control_plane.operations.routes import router as operations_router
 from control_plane.operations.runner import OperationRunner
+from control_plane.promotions.driver import PromotionDriver
+from control_plane.promotions.routes import router as promotions_router
 from control_plane.registry import validation
 from control_plane.registry.routes import router as registry_router
 from control_plane.reservations.placer import Placer
 from control_plane.reservations.routes import router as placement_router
 from control_plane.settings import Settings
 from control_plane.triton import config_builder, node_control
+from control_plane.webhooks import outbox
+from control_plane.webhooks.routes import router as webhooks_router
+from control_plane.webhooks.sender import WebhookSender
 
 REQUEST_ID_HEADER = "X-Request-ID"
 _REQUEST_ID_KEY = REQUEST_ID_HEADER.lower().encode("latin-1")
@@ -92,6 +97,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                              interval_s=settings.gpu_poll_interval_seconds,
                              history=settings.gpu_history)
     monitor_users: list[None] = []
+    webhook_sender = WebhookSender.from_settings(session_factory, settings)
     actuator = Actuator(session_factory, node_control.connect, config_builder.load_request,
                         placer=placer)
     elections: list[LeaderElection] = []
@@ -101,14 +107,24 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     runner.register(deployments.APPLY, deployment_work.make_apply(actuator, reconciler.trigger))
     runner.register(deployments.REMOVE, deployment_work.make_remove(actuator, reconciler.trigger))
     runner.register(deployments.SWAP, deployment_work.make_swap(actuator, reconciler.trigger))
+    promotion_driver = PromotionDriver(
+        session_factory, runner, settings.source_roots, publish=outbox.publish,
+        after_commit=webhook_sender.trigger,
+        step_timeout_s=settings.promotion_step_timeout_seconds)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         runner.start()
+        # After the runner has failed what a previous run left unfinished: a resumed promotion
+        # then finds every operation it started ended.
+        promotion_driver.start()
         # One monitor however many servers run this app (tests open several clients on one).
         monitor_users.append(None)
         if len(monitor_users) == 1:
             gpu_monitor.start()
+            # One sender too; every replica runs its own, and leases on the deliveries keep two
+            # senders from posting one at once.
+            webhook_sender.start()
         if settings.reconciler_enabled:
             # Of several replicas on one database, only the elected one reconciles; the others
             # serve the API and take over when it dies (PostgreSQL advisory lock; a file lock
@@ -125,6 +141,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         monitor_users.pop()
         if not monitor_users:
             gpu_monitor.stop()
+            webhook_sender.stop()
+        promotion_driver.shutdown()
         runner.shutdown()
         if owns_engine:
             engine.dispose()
@@ -133,9 +151,11 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.state.settings = settings
     app.state.session_factory = session_factory
     app.state.operation_runner = runner
+    app.state.promotion_driver = promotion_driver
     app.state.reconciler = reconciler
     app.state.placer = placer
     app.state.gpu_monitor = gpu_monitor
+    app.state.webhook_sender = webhook_sender
     app.state.elections = elections
     install_error_handlers(app)
 
@@ -159,4 +179,6 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.include_router(operations_router, prefix="/api/v1")
     app.include_router(placement_router, prefix="/api/v1")
     app.include_router(auth_router, prefix="/api/v1")
+    app.include_router(promotions_router, prefix="/api/v1")
+    app.include_router(webhooks_router, prefix="/api/v1")
     return app

@@ -16,6 +16,8 @@ from control_plane.auth.scopes import Actor, Scope
 from control_plane.db import transaction
 from control_plane.deployments import service as deployments
 from control_plane.errors import ModelNotFound, NodeNotFound
+from control_plane.lifecycle import alias_moves
+from control_plane.lifecycle.alias_moves import SwapStarted
 from control_plane.nodes import service as nodes
 from control_plane.nodes.schemas import NodeCreate, NodeUpdate
 from control_plane.operations import service as operations
@@ -36,8 +38,9 @@ SET_BY_CONTROL_PLANE = {"model", "served_model_name"}
 
 
 def register_demo(session: Session, model: str, source: str, engine_args: dict[str, Any],
-                  serving: ServingSettings, source_roots: list[Any]) -> int:
-    """The demo model's version number, registering model and version on first use."""
+                  serving: ServingSettings, source_roots: list[Any]) -> tuple[int, bool]:
+    """The demo model's version number, registering model and version on first use, and
+    whether this call registered it (the shipped demo changed since the last start)."""
     try:
         found = registry.get_model(session, model)
     except ModelNotFound:
@@ -49,12 +52,12 @@ def register_demo(session: Session, model: str, source: str, engine_args: dict[s
     for version in versions:
         if version.source == source and version.engine_args == engine_args and \
                 version.serving == serving.model_dump(mode="json"):
-            return version.number
+            return version.number, False
     created = registry.register_version(
         session, ACTOR, model, VersionCreate(source=source, engine_args=engine_args,
                                              serving=serving),
         source_roots, config_builder.check)
-    return created.number
+    return created.number, True
 
 
 def ensure_node(session: Session, http_url: str, grpc_url: str, key_variable: str) -> None:
@@ -72,11 +75,21 @@ def ensure_node(session: Session, http_url: str, grpc_url: str, key_variable: st
 
 
 def deploy(session_factory: sessionmaker[Session], runner: OperationRunner, model: str,
-           number: int, timeout_s: float = 900) -> dict[str, Any]:
-    """Point ``production`` at ``number``, deploy it on the local node, wait for the outcome."""
+           number: int, newly_registered: bool, timeout_s: float = 900) -> dict[str, Any]:
+    """Serve ``production`` on the local node and wait for the outcome.
+
+    ``production`` is pointed at the demo's version when it does not exist yet, or when this start
+    registered a new demo version; otherwise it stays where an operator (or a promotion) put it.
+    A move goes through the lifecycle, so a deployed alias moves by a swap."""
     with transaction(session_factory) as session:
-        aliases.move_alias(session, ACTOR, model, "production", number)
-        _, operation = deployments.apply(session, ACTOR, model, "production", NODE)
+        existing = aliases.find_alias(session, registry.get_model(session, model), "production")
+        moved = None
+        if existing is None or (newly_registered and existing.version.number != number):
+            moved = alias_moves.move_alias(session, ACTOR, model, "production", number)
+        if isinstance(moved, SwapStarted):
+            operation = moved.operation
+        else:
+            _, operation = deployments.apply(session, ACTOR, model, "production", NODE)
     runner.submit(operation.id)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -42,7 +42,7 @@ def database_unavailable(exc: DBAPIError) -> DatabaseUnavailable:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ControlPlaneError)
     async def control_plane_error(_: Request, exc: ControlPlaneError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else exc.headers
         return _error(exc.status_code, type(exc).__name__, exc.message, headers)
 
     @app.exception_handler(OperationalError)

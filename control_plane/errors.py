@@ -12,6 +12,7 @@ ControlPlaneError (500)
 │   ├── AliasNotFound
 │   ├── NodeNotFound
 │   ├── OperationNotFound
+│   ├── TokenNotFound
 │   └── DeploymentNotFound
 ├── Conflict (409)
 │   ├── ModelAlreadyExists
@@ -39,6 +40,8 @@ from __future__ import annotations
 
 class ControlPlaneError(Exception):
     status_code = 500
+    # Response headers that come with the error (a 409's Location naming what is in the way).
+    headers: dict[str, str] | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -94,6 +97,17 @@ class OperationNotFound(NotFound):
         super().__init__(f"operation '{operation_id}' does not exist")
 
 
+class PromotionNotFound(NotFound):
+    def __init__(self, promotion_id: str) -> None:
+        super().__init__(f"promotion '{promotion_id}' does not exist")
+
+
+class TokenNotFound(NotFound):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"there is no API token named '{name}'; list them with GET "
+                         "/api/v1/tokens or 'llmctl tokens list'")
+
+
 class DeploymentNotFound(NotFound):
     def __init__(self, model: str, alias: str, node: str) -> None:
         super().__init__(f"alias '{alias}' of model '{model}' is not deployed on node '{node}'")
@@ -123,6 +137,19 @@ class InvalidStateTransition(Conflict):
 
 class InvalidAliasTarget(Conflict):
     pass
+
+
+class NothingToRollBackTo(Conflict):
+    pass
+
+
+class PromotionInProgress(Conflict):
+    def __init__(self, model: str, running_id: str) -> None:
+        self.running_id = running_id
+        self.headers = {"Location": f"/api/v1/promotions/{running_id}"}
+        super().__init__(f"promotion {running_id} of '{model}' is still running; wait for it "
+                         f"(GET /api/v1/promotions/{running_id}, or 'llmctl promotions show "
+                         f"{running_id}') and retry")
 
 
 class InUseByDeployments(Conflict):

@@ -12,9 +12,11 @@ from control_plane.deployments import orm as deployments_orm
 from control_plane.idempotency import orm as idempotency_orm
 from control_plane.nodes import orm as nodes_orm
 from control_plane.operations import orm as operations_orm
+from control_plane.promotions import orm as promotions_orm
 from control_plane.registry import orm as registry_orm
 from control_plane.reservations import orm as reservations_orm
+from control_plane.webhooks import orm as webhooks_orm
 
 target_metadata = Base.metadata
 
-__all__ = ["auth_orm", "deployments_orm", "idempotency_orm", "nodes_orm", "operations_orm", "registry_orm", "reservations_orm", "target_metadata"]
+__all__ = ["auth_orm", "deployments_orm", "idempotency_orm", "nodes_orm", "operations_orm", "promotions_orm", "registry_orm", "reservations_orm", "target_metadata", "webhooks_orm"]

@@ -97,11 +97,11 @@ def deploy_demo(admin: AdminApi, settings: Settings, server: TritonServer, model
     source = str(Path(engine_args["model"]).resolve())
     session_factory = admin.app.state.session_factory
     with transaction(session_factory) as session:
-        number = demo_deployment.register_demo(session, model, source, engine_args,
-                                               ServingSettings(), settings.source_roots)
+        number, registered = demo_deployment.register_demo(
+            session, model, source, engine_args, ServingSettings(), settings.source_roots)
         demo_deployment.ensure_node(session, server.http_url, server.grpc_url, KEY_VARIABLE)
     return demo_deployment.deploy(session_factory, admin.app.state.operation_runner, model,
-                                  number)
+                                  number, registered)
 
 
 def main() -> None:

@@ -38,5 +38,19 @@ class Settings(BaseSettings):
         default=5.0, gt=0, description="how often every node's GPUs are read")
     gpu_history: int = Field(default=120, ge=1, le=100_000,
                              description="readings kept per node (GET /nodes/{node}/gpus)")
+    promotion_step_timeout_seconds: float = Field(
+        default=900.0, gt=0, description="how long one promotion step may wait for its loads")
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
+    webhook_poll_interval_seconds: float = Field(
+        default=1.0, gt=0, description="how often the webhook sender looks for due deliveries")
+    webhook_timeout_seconds: float = Field(
+        default=10.0, gt=0, le=300,
+        description="how long one webhook POST may take per phase (connect, send, answer)")
+    webhook_max_attempts: int = Field(
+        default=8, ge=1, le=100, description="attempts of a webhook delivery before it fails")
+    webhook_backoff_base_seconds: float = Field(
+        default=1.0, gt=0, description="longest wait after the first failed webhook attempt; "
+                                       "it doubles with each failure (full jitter)")
+    webhook_backoff_max_seconds: float = Field(
+        default=300.0, gt=0, description="longest wait between two webhook attempts")

@@ -35,6 +35,17 @@ class TokenRepository:
         self.session.add(token)
         self.session.flush()
 
+    def list(self, limit: int, offset: int) -> tuple[Sequence[ApiToken], int]:
+        """One page of tokens in the order they were created, and the total count."""
+        total = self.session.scalar(select(func.count()).select_from(ApiToken))
+        page = self.session.scalars(select(ApiToken).order_by(ApiToken.id)
+                                    .limit(limit).offset(offset)).all()
+        return page, total or 0
+
+    def delete(self, token: ApiToken) -> None:
+        self.session.delete(token)
+        self.session.flush()
+
 
 @dataclass(frozen=True)
 class AuditFilter:

@@ -1,4 +1,5 @@
-"""REST endpoints of auth: creating tokens and reading the audit log (both admin only)."""
+"""REST endpoints of auth: creating, listing and revoking tokens, reading the audit log (all
+admin only)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,13 @@ import re
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Path, Query, Response, status
 from pydantic import AfterValidator, AwareDatetime, BeforeValidator
 
 from control_plane.auth import audit, tokens
 from control_plane.auth.dependencies import Admin
 from control_plane.auth.repository import AuditFilter
-from control_plane.auth.schemas import AuditEventOut, TokenCreate, TokenCreated
+from control_plane.auth.schemas import AuditEventOut, TokenCreate, TokenCreated, TokenOut
 from control_plane.dependencies import DbSession
 from control_plane.error_handlers import error_responses
 from control_plane.labels import TextFilter
@@ -45,6 +46,24 @@ def create_token(body: TokenCreate, session: DbSession, actor: Admin) -> TokenCr
     """Create a token; the response is the only place its secret ever appears."""
     issued = tokens.create_token(session, actor, body.name, body.scope)
     return TokenCreated(name=issued.name, scope=issued.scope, secret=issued.secret)
+
+
+@router.get("/tokens")
+def list_tokens(session: DbSession, _: Admin, limit: Limit = 50, offset: Offset = 0
+                ) -> Page[TokenOut]:
+    """Tokens by name, scope and creation time, oldest first; secrets are never shown again."""
+    found, total = tokens.list_tokens(session, limit, offset)
+    return Page(items=[TokenOut.of(t) for t in found], total=total, limit=limit, offset=offset)
+
+
+@router.delete("/tokens/{name}", status_code=status.HTTP_204_NO_CONTENT,
+               responses=error_responses(404))
+def revoke_token(name: Annotated[str, Path(max_length=64)], session: DbSession, actor: Admin
+                 ) -> Response:
+    """Revoke a token: it stops authenticating with the next request. Revoking the last admin
+    token leaves 'llm-control-plane tokens create' on the server to make a new one."""
+    tokens.revoke_token(session, actor, name)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.get("/audit")

@@ -1,4 +1,4 @@
-"""JSON shapes of auth: tokens (the secret appears once) and audit events."""
+"""JSON shapes of auth: tokens (the secret appears once, at creation) and audit events."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from control_plane.auth.orm import AuditEvent
+from control_plane.auth.orm import ApiToken, AuditEvent
 from control_plane.auth.scopes import Scope
 
 
@@ -22,6 +22,18 @@ class TokenCreated(BaseModel):
     name: str
     scope: Scope
     secret: str
+
+
+class TokenOut(BaseModel):
+    """A token as listed: who holds it and what it may do, never its secret or hash."""
+
+    name: str
+    scope: Scope
+    created_at: datetime
+
+    @classmethod
+    def of(cls, token: ApiToken) -> TokenOut:
+        return cls(name=token.name, scope=Scope(token.scope), created_at=token.created_at)
 
 
 class AuditEventOut(BaseModel):

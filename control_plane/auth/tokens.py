@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
@@ -13,7 +14,7 @@ from control_plane.auth import audit
 from control_plane.auth.orm import ApiToken
 from control_plane.auth.repository import TokenRepository
 from control_plane.auth.scopes import Actor, Scope
-from control_plane.errors import Conflict, InvalidRequest, Unauthorized
+from control_plane.errors import Conflict, InvalidRequest, TokenNotFound, Unauthorized
 
 # The prefix makes a leaked token recognisable to secret scanners and to a human.
 SECRET_PREFIX = "llmcp_"
@@ -44,6 +45,21 @@ def create_token(session: Session, actor: Actor, name: str, scope: Scope) -> Iss
     audit.record(session, actor, "token.create", "token", name, after={"name": name,
                                                                         "scope": scope.value})
     return IssuedToken(name=name, scope=scope, secret=secret)
+
+
+def list_tokens(session: Session, limit: int, offset: int) -> tuple[Sequence[ApiToken], int]:
+    return TokenRepository(session).list(limit, offset)
+
+
+def revoke_token(session: Session, actor: Actor, name: str) -> None:
+    """Delete the token: every request reads its token anew, so it stops working at once."""
+    repository = TokenRepository(session)
+    token = repository.get_by_name(name)
+    if token is None:
+        raise TokenNotFound(name)
+    before = {"name": token.name, "scope": token.scope}
+    repository.delete(token)
+    audit.record(session, actor, "token.revoke", "token", name, before=before)
 
 
 def authenticate(session: Session, secret: str, request_id: str | None) -> Actor:

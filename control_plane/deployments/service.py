@@ -148,11 +148,12 @@ def deployed(session: Session, model_id: int, alias_name: str) -> Sequence[Deplo
 
 
 def start_swap(session: Session, actor: Actor, model_name: str, alias_name: str, number: int,
-               deployments: Sequence[Deployment]) -> Operation:
+               deployments: Sequence[Deployment], purpose: str = "move") -> Operation:
     """Start moving a deployed alias to version ``number``: the alias moves only once every
-    node serves the new version."""
+    node serves the new version. ``purpose`` ("move" or "rollback") is kept for its end."""
     _refuse_if_busy(session, deployments, f"moving '{model_name}/{alias_name}'")
     alias = get_alias(session, model_name, alias_name)
     return operations.start(session, actor, SWAP, "alias", f"{model_name}/{alias_name}", {
         "deployment_ids": [d.id for d in deployments], "model": model_name,
-        "alias": alias_name, "from_version": alias.version.number, "to_version": number})
+        "alias": alias_name, "from_version": alias.version.number, "to_version": number,
+        "purpose": purpose})

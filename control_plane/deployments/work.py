@@ -11,6 +11,7 @@ from control_plane.db import transaction
 from control_plane.deployments.actuator import Actuator
 from control_plane.deployments.repository import DeploymentRepository
 from control_plane.errors import ControlPlaneError, DeploymentFailed, PreconditionFailed
+from control_plane.lifecycle import alias_moves
 from control_plane.operations import service as operations
 from control_plane.operations.runner import OperationContext
 from control_plane.registry import aliases
@@ -83,7 +84,8 @@ def make_swap(actuator: Actuator, after: Callable[[], None]) -> Callable[[Operat
         with transaction(context.session_factory) as session:
             actor = Actor(name=context.created_by, scope=Scope.WRITE,
                           request_id=context.request_id)
-            aliases.move_alias(session, actor, model, alias, new)
+            alias_moves.complete_swap(session, actor, model, alias, new,
+                                      rollback=arguments.get("purpose") == "rollback")
             if not operations.succeed(session, context.operation_id,
                                       {"from_version": old, "to_version": new,
                                        "deployments": len(swapped)}):

@@ -34,9 +34,12 @@ def check_move(session: Session, model_name: str, alias: ModelAlias, number: int
                                  f"'{alias.name}' at a registered or validated version")
 
 
-def move_alias(session: Session, actor: Actor, model_name: str, alias_name: str, number: int,
-               if_match: str | None = None) -> ModelAlias:
-    """Point ``alias_name`` at version ``number``, creating the alias on its first move."""
+def record_move(session: Session, actor: Actor, model_name: str, alias_name: str, number: int,
+                if_match: str | None = None) -> ModelAlias:
+    """Point ``alias_name`` at version ``number``, creating the alias on its first move.
+
+    Writes the move and nothing else: call ``control_plane.lifecycle.alias_moves`` instead, which
+    decides whether a move may happen now or needs a swap."""
     # Locking the model row makes concurrent moves of its aliases take turns on PostgreSQL, so
     # the second one sees the first one's ETag and gets 412 instead of silently overwriting it.
     model = get_model(session, model_name, for_update=True)

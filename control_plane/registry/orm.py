@@ -52,6 +52,8 @@ class ModelVersion(Base):
     triton_config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     # ResourceSettings with every default written out (device, replicas, memory overrides).
     resources: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # Gates (promotions.gates.Gates, every default written out) a promotion runs against it.
+    gates: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     # What placement's memory estimate needs from the files (weights, KV size per token), read
     # at registration; {"unavailable": why} when they could not be read (a remote source).
     model_profile: Mapped[dict[str, Any] | None] = mapped_column(JSON)

@@ -88,7 +88,8 @@ def _json_read(column: Any) -> Any:
 # serialize it.
 _VERSION_FIELDS = (ModelVersion.number, ModelVersion.source, _json_read(ModelVersion.engine_args),
                    _json_read(ModelVersion.serving), _json_read(ModelVersion.triton_config),
-                   _json_read(ModelVersion.resources), ModelVersion.model_profile,
+                   _json_read(ModelVersion.resources), _json_read(ModelVersion.gates),
+                   ModelVersion.model_profile,
                    ModelVersion.checksum, ModelVersion.state, _json_read(ModelVersion.labels),
                    ModelVersion.created_by, ModelVersion.created_at, ModelVersion.updated_at)
 

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, BackgroundTasks, Path, Request, Response, status
+from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response, status
 from fastapi.responses import JSONResponse
 
 from control_plane.auth.dependencies import Reader, Writer
 from control_plane.dependencies import AppSettings, DbSession
-from control_plane.deployments import service as deployments
 from control_plane.error_handlers import error_responses
 from control_plane.idempotency.http import IdempotencyKeyHeader, respond_once
 from control_plane.labels import IfMatch, LabelFilter, parse_label_filter
+from control_plane.lifecycle import alias_moves
+from control_plane.lifecycle.alias_moves import AliasMoved, SwapStarted
 from control_plane.operations.dependencies import Runner
 from control_plane.operations.dependencies import operation_id_of as _operation_id
+from control_plane.operations.runner import OperationRunner
 from control_plane.operations.schemas import OperationOut
 from control_plane.pagination import Limit, Offset, Page, page_response
 from control_plane.registry import aliases, service, validation
@@ -24,6 +26,7 @@ from control_plane.registry.schemas import (
     AliasMoveOut,
     AliasMoveRequest,
     AliasOut,
+    AliasRollbackRequest,
     ModelCreate,
     ModelName,
     ModelOut,
@@ -90,10 +93,28 @@ def delete_model(name: ModelName, session: DbSession, actor: Writer, if_match: I
 
 
 @router.post("/{name}/versions", status_code=status.HTTP_201_CREATED, response_model=VersionOut,
-             responses=error_responses(404))
+             responses={**error_responses(404),
+                        200: {"model": VersionOut,
+                              "description": "dry_run: the version it would register"}})
 def register_version(name: ModelName, body: VersionCreate, request: Request, session: DbSession,
                      actor: Writer, settings: AppSettings,
-                     idempotency_key: IdempotencyKeyHeader = None) -> JSONResponse:
+                     idempotency_key: IdempotencyKeyHeader = None,
+                     dry_run: Annotated[bool, Query(
+                         description="check everything registration checks and answer 200 with "
+                                     "the version it would create; store nothing")] = False,
+                     ) -> JSONResponse:
+    if dry_run:
+        # The registration itself, inside a savepoint that is rolled back: the same checks, the
+        # same number it would get, and nothing kept (not even the audit record).
+        savepoint = session.begin_nested()
+        try:
+            version = service.register_version(session, actor, name, body,
+                                               settings.source_roots, config_builder.check)
+            preview = VersionOut.of(version).model_dump(mode="json")
+        finally:
+            savepoint.rollback()
+        return JSONResponse(preview, status_code=200)
+
     def perform() -> tuple[VersionOut, dict[str, str]]:
         version = service.register_version(session, actor, name, body, settings.source_roots,
                                            config_builder.check)
@@ -170,17 +191,35 @@ def move_alias(name: ModelName, alias: AliasName, body: AliasMoveRequest, respon
 
     A deployed alias moves only once every node serves the new version: the answer is then 202
     with the swap operation, and the alias stays where it was if any node fails to load it."""
-    model = service.get_model(session, name, for_update=True)
-    current = aliases.find_alias(session, model, alias)
-    on_nodes = deployments.deployed(session, model.id, alias) if current is not None else []
-    if current is None or not on_nodes or current.version.number == body.version:
-        moved = aliases.move_alias(session, actor, name, alias, body.version, if_match)
-        return _alias(response, name, moved)
-    aliases.check_move(session, name, current, body.version, if_match)
-    operation = deployments.start_swap(session, actor, name, alias, body.version, on_nodes)
-    background.add_task(runner.submit, operation.id)
-    return JSONResponse(OperationOut.of(operation).model_dump(mode="json"), status_code=202,
-                        headers={"Location": f"/api/v1/operations/{operation.id}"})
+    outcome = alias_moves.move_alias(session, actor, name, alias, body.version, if_match)
+    if isinstance(outcome, AliasMoved):
+        return _alias(response, name, outcome.alias)
+    return _swap_started(outcome, runner, background)
+
+
+def _swap_started(outcome: SwapStarted, runner: OperationRunner, background: BackgroundTasks
+                  ) -> JSONResponse:
+    # Submitted once the transaction has committed (the session dependency ends first).
+    background.add_task(runner.submit, outcome.operation.id)
+    return JSONResponse(OperationOut.of(outcome.operation).model_dump(mode="json"),
+                        status_code=202,
+                        headers={"Location": f"/api/v1/operations/{outcome.operation.id}"})
+
+
+@router.post("/{name}/aliases/{alias}/rollback", response_model=AliasOut,
+             responses={**error_responses(404, 409),
+                        202: {"model": OperationOut,
+                              "description": "the alias is deployed: a swap operation started"}})
+def rollback_alias(name: ModelName, alias: AliasName, body: AliasRollbackRequest,
+                   response: Response, session: DbSession, actor: Writer, runner: Runner,
+                   background: BackgroundTasks) -> AliasOut | JSONResponse:
+    """Move the alias back to the version it pointed at before its last move (or to ``to``),
+    through the zero-downtime swap when it is deployed. 409 with the reason when there is
+    nothing to go back to, or that version is archived or gone."""
+    _, _, outcome = alias_moves.rollback(session, actor, name, alias, body.to)
+    if isinstance(outcome, AliasMoved):
+        return _alias(response, name, outcome.alias)
+    return _swap_started(outcome, runner, background)
 
 
 @router.delete("/{name}/aliases/{alias}", status_code=status.HTTP_204_NO_CONTENT,
@@ -188,8 +227,7 @@ def move_alias(name: ModelName, alias: AliasName, body: AliasMoveRequest, respon
 def delete_alias(name: ModelName, alias: AliasName, session: DbSession, actor: Writer,
                  if_match: IfMatch = None) -> Response:
     """Remove an alias; its moves stay in the audit log. Refused while it is deployed."""
-    deployments.check_alias_removable(session, name, alias)
-    aliases.delete_alias(session, actor, name, alias, if_match)
+    alias_moves.delete_alias(session, actor, name, alias, if_match)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

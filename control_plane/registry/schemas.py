@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from control_plane.labels import LABEL_KEY_PATTERN, NO_NUL_PATTERN
+from control_plane.promotions.gates import Gates
 from control_plane.registry.orm import AliasMove, Model, ModelAlias, ModelVersion, VersionState
 from control_plane.registry.resources import ResourceSettings
 from control_plane.registry.serving import ServingSettings
@@ -67,6 +68,9 @@ class VersionCreate(_Input):
     resources: ResourceSettings = Field(
         default_factory=ResourceSettings,
         description="device, engines per node and memory overrides for placement")
+    gates: Gates = Field(
+        default_factory=Gates,
+        description="smoke prompts and comparisons a promotion runs before and after the swap")
     labels: Labels = Field(default_factory=dict)
 
 
@@ -85,6 +89,7 @@ class VersionOut(BaseModel):
     serving: ServingSettings
     triton_config: dict[str, Any]
     resources: ResourceSettings
+    gates: Gates
     model_profile: dict[str, Any] | None = Field(
         description="what the memory estimate reads from the files (weights, KV cache per "
                     "token), measured at registration; or why it could not be")
@@ -102,6 +107,7 @@ class VersionOut(BaseModel):
                    serving=ServingSettings.model_validate(version.serving),
                    triton_config=version.triton_config,
                    resources=ResourceSettings.model_validate(version.resources),
+                   gates=Gates.model_validate(version.gates),
                    model_profile=version.model_profile, checksum=version.checksum,
                    state=VersionState(version.state), labels=version.labels,
                    created_by=version.created_by, created_at=version.created_at,
@@ -120,16 +126,25 @@ class VersionOut(BaseModel):
         if fields["resources"].keys() != _RESOURCE_FIELDS:
             # Likewise for resources, which came later still.
             fields["resources"] = ResourceSettings.model_validate(fields["resources"])
+        if fields["gates"].keys() != _GATE_FIELDS:
+            fields["gates"] = Gates.model_validate(fields["gates"])
         return fields
 
 
 _VERSION_OUT_FIELDS = tuple(VersionOut.model_fields)
 _SERVING_FIELDS = frozenset(ServingSettings.model_fields)
 _RESOURCE_FIELDS = frozenset(ResourceSettings.model_fields)
+_GATE_FIELDS = frozenset(Gates.model_fields)
 
 
 class AliasMoveRequest(_Input):
     version: Annotated[int, Field(ge=1, le=2**31 - 1, description="the version number to point at")]
+
+
+class AliasRollbackRequest(_Input):
+    to: Annotated[int, Field(ge=1, le=2**31 - 1)] | None = Field(
+        default=None, description="the version to go back to; default: the one the alias "
+                                  "pointed at before its last move")
 
 
 class AliasOut(BaseModel):

@@ -146,6 +146,7 @@ def register_version(session: Session, actor: Actor, model_name: str, data: Vers
                            serving=data.serving.model_dump(mode="json"),
                            triton_config=data.triton_config,
                            resources=data.resources.model_dump(mode="json"),
+                           gates=data.gates.model_dump(mode="json"),
                            model_profile=profile_of(source), checksum=source.checksum,
                            labels=data.labels, created_by=actor.name)
     versions.add(version)

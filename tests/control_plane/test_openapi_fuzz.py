@@ -33,12 +33,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.app import create_app
 from control_plane.db import transaction
+from control_plane.lifecycle import alias_moves
 from control_plane.nodes import service as nodes
 from control_plane.nodes.schemas import NodeCreate
 from control_plane.operations.orm import Operation, OperationStatus
 from control_plane.operations.repository import OperationRepository
-from control_plane.registry import aliases, validation
 from control_plane.registry import service as registry
+from control_plane.registry import validation
 from control_plane.registry.schemas import ModelCreate, VersionCreate
 from control_plane.settings import Settings
 from control_plane.triton import config_builder
@@ -128,7 +129,7 @@ def seeded(app: FastAPI, source_root: Path) -> None:
             # here rather than inside a generated request.
             registry.register_version(session, TEST_ACTOR, "m", VersionCreate(
                 source=source, labels={"commit": "abc"}), [source_root], config_builder.check)
-        aliases.move_alias(session, TEST_ACTOR, "m", "production", 1)
+        alias_moves.move_alias(session, TEST_ACTOR, "m", "production", 1)
         registry.create_model(session, TEST_ACTOR, ModelCreate(name="spare"))
         nodes.register_node(session, TEST_ACTOR, NodeCreate.model_validate(SEED_NODE))
         # Stored directly for its fixed id, which the dictionary above names; it is pending, so
@@ -155,7 +156,8 @@ API = sorted((method.upper(), path) for path, operations in OPENAPI["paths"].ite
 SECURED = sorted((method.upper(), path) for path, operations in OPENAPI["paths"].items()
                  for method, operation in operations.items() if operation.get("security"))
 PATH_VALUES = {"name": "m", "model": "m", "number": 1, "alias": "production", "node": "spare",
-               "operation_id": "0" * 32}
+               "operation_id": "0" * 32, "webhook_id": "0" * 32,
+               "promotion_id": "0" * 32}
 
 
 def test_every_operation_without_a_token_is_a_documented_401(client: TestClient) -> None:

@@ -23,6 +23,8 @@ SHORT = {"max_tokens": 4, "ignore_eos": True, "temperature": 0}
 LONG = {"max_tokens": 1500, "ignore_eos": True, "temperature": 0}
 # Far beyond what the burst needs on a loaded machine; a request still open then has hung.
 DEADLINE_S = 400
+# Dropped streams are freed (gauges back at 0) well within this, however loaded the machine.
+FREED_WITHIN_S = 180
 
 
 def _clients(server) -> tuple[httpx.AsyncClient, grpcclient_aio.InferenceServerClient]:
@@ -109,7 +111,10 @@ def _drop_300(served) -> None:
     for name, labels in [("llm_inflight_requests", {}), ("llm_waiting_requests", {}),
                          ("llm_engine_requests", {"state": "running"}),
                          ("llm_engine_requests", {"state": "waiting"})]:
-        assert wait_until(lambda: metric(served, name, **labels) == 0, 30), (name, labels)
+        # Each waiting request's cancellation is one call into Triton (is_cancelled); on a
+        # loaded 2-core machine the sweep gets through ~2-3 a second, so 256 take up to ~2 min.
+        assert wait_until(lambda: metric(served, name, **labels) == 0, FREED_WITHIN_S), \
+            (name, labels)
     generated = metric(served, "llm_generation_tokens_total")
     time.sleep(1.0)
     assert metric(served, "llm_generation_tokens_total") == generated, (

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import secrets
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
@@ -13,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from control_plane.triton.llm_client import GrpcStream
 from control_plane.triton.runtime import CACHE_DIR
-from control_plane.triton.server import TritonServer
+from control_plane.triton.server import TritonServer, free_port
 
 T = TypeVar("T")
 # The in-process app (TestClient) or a control plane running as its own process (httpx).
@@ -22,6 +27,7 @@ Http = TestClient | httpx.Client
 MODEL_SOURCE = CACHE_DIR / "models" / "SmolLM2-135M-Instruct"
 ENGINE_ARGS = {"max_model_len": 512, "max_num_seqs": 3, "enforce_eager": True}
 LOAD_TIMEOUT = 300
+CONTROL_PLANE = Path(sys.executable).parent / "llm-control-plane"
 
 
 def repository_key_in(variable: str) -> Iterator[str]:
@@ -93,3 +99,71 @@ def register(client: Http, headers: dict[str, str], engine_args: dict[str, Any],
     assert created.status_code == 201, created.text
     number: int = created.json()["number"]
     return number
+
+
+class ControlPlane:
+    """``llm-control-plane`` run as separate processes on one database (a SQLite file unless
+    given), as an operator would."""
+
+    def __init__(self, directory: Path, database_url: str | None = None,
+                 log_name: str = "test-faults-control-plane") -> None:
+        self.directory = directory
+        self.port = free_port()
+        self.database_url = database_url or f"sqlite:///{directory / 'control-plane.db'}"
+        self.log_path = CACHE_DIR / "logs" / f"{log_name}.log"
+        self.env = {
+            **os.environ,
+            "LLMCP_DATABASE_URL": self.database_url,
+            "LLMCP_PORT": str(self.port),
+            "LLMCP_SOURCE_ROOTS": f'["{(CACHE_DIR / "models").resolve()}"]',
+            "LLMCP_RECONCILE_INTERVAL_SECONDS": "1",
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+        self.cli("migrate")
+        secret = self.cli("tokens", "create", "--name", "t", "--scope", "admin").strip()
+        self.headers = {"Authorization": f"Bearer {secret.splitlines()[-1]}"}
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def cli(self, *arguments: str) -> str:
+        done = subprocess.run([str(CONTROL_PLANE), *arguments], check=False, env=self.env,
+                              cwd=self.directory, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def start(self) -> httpx.Client:
+        """A new ``serve`` process; returns a client for it once it answers."""
+        assert self.process is None or self.process.poll() is not None
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen([str(CONTROL_PLANE), "serve"], env=self.env,
+                                            cwd=self.directory, stdout=log,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
+        http = httpx.Client(base_url=self.url, headers=self.headers, timeout=30)
+
+        def answers() -> bool:
+            assert self.process is not None and self.process.poll() is None, \
+                f"llm-control-plane serve exited; see {self.log_path}"
+            try:
+                return http.get("/readyz").status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_until(answers, "llm-control-plane serve answering", 60, 0.1)
+        return http
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.kill()

@@ -11,16 +11,11 @@ The measured times are printed (pytest -s).
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, select
@@ -32,10 +27,11 @@ from control_plane.nodes.orm import TritonNode
 from control_plane.settings import Settings
 from control_plane.triton.grpc_control import TritonGrpcControl
 from control_plane.triton.runtime import CACHE_DIR
-from control_plane.triton.server import TritonServer, free_port
+from control_plane.triton.server import TritonServer
 from tests.control_plane.deployments.support import (
     ENGINE_ARGS,
     LOAD_TIMEOUT,
+    ControlPlane,
     Http,
     finished,
     generate,
@@ -50,7 +46,6 @@ sqlite_only = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 
 KEY_VARIABLE = "LLMCP_TEST_FAULTS_TRITON_KEY"
 NODE_NAMES = ("node-a", "node-b")
-CONTROL_PLANE = Path(sys.executable).parent / "llm-control-plane"
 # A path the node does not have: only the node can tell, so our own checks let it through.
 MISSING_ENV = "/nonexistent/llm-faults-env.tar.gz"
 # Configs that pass the control plane's checks and that the node refuses, by model name.
@@ -306,72 +301,6 @@ def test_configs_the_node_refuses_fail_once(client: TestClient, writer: dict[str
 
 
 # -- the control plane killed in the middle of an operation ------------------------------------
-
-
-class ControlPlane:
-    """``llm-control-plane`` run as separate processes on one SQLite file, as an operator would."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.port = free_port()
-        self.database_url = f"sqlite:///{directory / 'control-plane.db'}"
-        self.log_path = CACHE_DIR / "logs" / "test-faults-control-plane.log"
-        self.env = {
-            **os.environ,
-            "LLMCP_DATABASE_URL": self.database_url,
-            "LLMCP_PORT": str(self.port),
-            "LLMCP_SOURCE_ROOTS": f'["{(CACHE_DIR / "models").resolve()}"]',
-            "LLMCP_RECONCILE_INTERVAL_SECONDS": "1",
-        }
-        self.process: subprocess.Popen[bytes] | None = None
-        self.cli("migrate")
-        secret = self.cli("tokens", "create", "--name", "t", "--scope", "admin").strip()
-        self.headers = {"Authorization": f"Bearer {secret.splitlines()[-1]}"}
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def cli(self, *arguments: str) -> str:
-        done = subprocess.run([str(CONTROL_PLANE), *arguments], check=False, env=self.env,
-                              cwd=self.directory, capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr
-        return done.stdout
-
-    def start(self) -> httpx.Client:
-        """A new ``serve`` process; returns a client for it once it answers."""
-        assert self.process is None or self.process.poll() is not None
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen([str(CONTROL_PLANE), "serve"], env=self.env,
-                                            cwd=self.directory, stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
-        http = httpx.Client(base_url=self.url, headers=self.headers, timeout=30)
-
-        def answers() -> bool:
-            assert self.process is not None and self.process.poll() is None, \
-                f"llm-control-plane serve exited; see {self.log_path}"
-            try:
-                return http.get("/readyz").status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_until(answers, "llm-control-plane serve answering", 60, 0.1)
-        return http
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.kill()
 
 
 @pytest.fixture

@@ -178,3 +178,22 @@ def test_registered_can_be_archived_directly(client: TestClient, writer: dict[st
     client.post(VERSIONS, headers=writer, json={"source": "hf://org/m"})
     response = client.patch(f"{VERSIONS}/1", headers=writer, json={"state": "archived"})
     assert response.json()["state"] == "archived"
+
+
+def test_a_dry_run_checks_everything_and_stores_nothing(
+        client: TestClient, writer: dict[str, str], admin: dict[str, str], model: str) -> None:
+    client.post(VERSIONS, headers=writer, json={"source": "hf://org/m"})
+    preview = client.post(VERSIONS, headers=writer, params={"dry_run": "true"}, json={
+        "source": "hf://org/m", "engine_args": {"max_model_len": 256},
+        "gates": {"smoke": [{"prompt": "Hi", "expect": {"contains": ["Hello"]}}]}})
+    assert preview.status_code == 200, preview.text
+    assert (preview.json()["number"], preview.json()["state"]) == (2, "registered")
+    assert preview.json()["gates"]["smoke"][0]["expect"]["contains"] == ["Hello"]
+    refused = client.post(VERSIONS, headers=writer, params={"dry_run": "true"}, json={
+        "source": "hf://org/m", "engine_args": {"gpu_memory_utilisation": 0.9}})
+    assert refused.status_code == 422 and "gpu_memory_utilisation" in refused.json()["detail"]
+    assert client.get(VERSIONS, headers=writer).json()["total"] == 1
+    events = client.get("/api/v1/audit", headers=admin, params={"action": "version.register"})
+    assert events.json()["total"] == 1
+    assert client.post(VERSIONS, headers=writer, json={"source": "hf://org/m"}).json()[
+        "number"] == 2, "the number a dry run showed is still free"

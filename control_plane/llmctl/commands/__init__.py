@@ -1,0 +1,1 @@
+"""llmctl's commands, one module per resource of the admin API."""

@@ -1,0 +1,1 @@
+"""Webhooks: signed HTTP callbacks on promotion events, through an outbox so none is lost."""

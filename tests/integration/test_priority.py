@@ -124,7 +124,10 @@ def test_http_priority_parameter_reaches_the_backend(served):
     queues and runs the request at that level and hands it to vLLM's scheduler."""
     host, port = served.http_url.split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=60)
-    body = json.dumps({"text_input": "Count to fifty:", "parameters": {"priority": 1, **LONG}})
+    # "stream": true, so the first event comes with the first tokens, not after all 1500 (which
+    # took over the 60 s timeout on a slow machine).
+    body = json.dumps({"text_input": "Count to fifty:", "stream": True,
+                       "parameters": {"priority": 1, **LONG}})
     try:
         connection.request("POST", "/v2/models/smollm2/generate_stream", body=body,
                            headers={"Content-Type": "application/json"})

@@ -62,10 +62,11 @@ def move_alias(session: Session, actor: Actor, model_name: str, alias_name: str,
 def complete_swap(session: Session, actor: Actor, model_name: str, alias_name: str,
                   number: int, rollback: bool = False) -> ModelAlias:
     """The last step of a swap: every node serves ``number``, so the alias moves to it."""
+    if not rollback:
+        return aliases.record_move(session, actor, model_name, alias_name, number)
     before = aliases.get_alias(session, model_name, alias_name).version.number
     alias = aliases.record_move(session, actor, model_name, alias_name, number)
-    if rollback:
-        _rolled_back(session, actor, model_name, alias_name, before, number)
+    _rolled_back(session, actor, model_name, alias_name, before, number)
     return alias
 
 

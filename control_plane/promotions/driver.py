@@ -292,10 +292,13 @@ class _Run:
             promotion.progress = {**promotion.progress, **values}
 
     def _version(self) -> int:
-        with self._tx(read_only=True) as session:
-            number = self._get(session).version
+        number = self._version_or_none()
         assert number is not None, "the register step sets the version"
         return number
+
+    def _version_or_none(self) -> int | None:
+        with self._tx(read_only=True) as session:
+            return self._get(session).version
 
     def _operations_or_fail(self, operation_ids: Sequence[str], what: str) -> None:
         failed = [(i, e) for i, status, e in self.driver.await_operations(operation_ids)
@@ -352,9 +355,9 @@ class _Run:
                     if d.state == DeploymentState.READY]
 
     def _gates(self) -> Gates:
+        number = self._version()
         with self._tx(read_only=True) as session:
-            version = registry.get_version(session, self.model, self._get(session).version or 0)
-            return Gates.model_validate(version.gates)
+            return Gates.model_validate(registry.get_version(session, self.model, number).gates)
 
     def _record_gates(self, phase: str, results: list[dict[str, Any]]) -> None:
         with self._tx() as session:
@@ -499,7 +502,3 @@ class _Run:
         if swap:
             self._operations_or_fail(swap, f"swapping '{self.alias}' back failed")
         return f"'{self.alias}' swapped back to version {self.from_version}"
-
-    def _version_or_none(self) -> int | None:
-        with self._tx(read_only=True) as session:
-            return self._get(session).version

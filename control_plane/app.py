@@ -33,7 +33,9 @@ from control_plane.registry import validation
 from control_plane.registry.routes import router as registry_router
 from control_plane.reservations.placer import Placer
 from control_plane.reservations.routes import router as placement_router
+from control_plane.routing.routes import router as routing_router
 from control_plane.settings import Settings
+from control_plane.tenants.routes import router as tenants_router
 from control_plane.triton import config_builder, node_control
 from control_plane.webhooks import outbox
 from control_plane.webhooks.routes import router as webhooks_router
@@ -102,7 +104,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                         placer=placer)
     elections: list[LeaderElection] = []
     reconciler = Reconciler(actuator, interval_s=settings.reconcile_interval_seconds,
-                            is_leader=lambda: bool(elections) and elections[-1].is_leader)
+                            is_leader=lambda: bool(elections) and elections[-1].is_leader,
+                            min_triton_version=settings.min_triton_version)
     # After each deployment operation the reconciler looks again at once, whatever the outcome.
     runner.register(deployments.APPLY, deployment_work.make_apply(actuator, reconciler.trigger))
     runner.register(deployments.REMOVE, deployment_work.make_remove(actuator, reconciler.trigger))
@@ -181,4 +184,6 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.include_router(auth_router, prefix="/api/v1")
     app.include_router(promotions_router, prefix="/api/v1")
     app.include_router(webhooks_router, prefix="/api/v1")
+    app.include_router(tenants_router, prefix="/api/v1")
+    app.include_router(routing_router, prefix="/api/v1")
     return app

@@ -60,17 +60,18 @@ def register_demo(session: Session, model: str, source: str, engine_args: dict[s
     return created.number, True
 
 
-def ensure_node(session: Session, http_url: str, grpc_url: str, key_variable: str) -> None:
+def ensure_node(session: Session, http_url: str, grpc_url: str, key_variable: str,
+                metrics_url: str | None = None) -> None:
     data = {"http_url": f"http://{http_url}", "grpc_url": grpc_url,
-            "api_key_ref": f"env:{key_variable}"}
+            "api_key_ref": f"env:{key_variable}", "metrics_url": metrics_url}
     try:
         node = nodes.get_node(session, NODE)
     except NodeNotFound:
         nodes.register_node(session, ACTOR, NodeCreate(name=NODE, labels={"local": "true"},
                                                        **data))  # type: ignore[arg-type]
         return
-    if (node.http_url.rstrip("/"), node.grpc_url, node.api_key_ref) != (
-            data["http_url"], grpc_url, data["api_key_ref"]):
+    if (node.http_url.rstrip("/"), node.grpc_url, node.api_key_ref, node.metrics_url) != (
+            data["http_url"], grpc_url, data["api_key_ref"], metrics_url):
         nodes.update_node(session, ACTOR, NODE, NodeUpdate(**data))  # type: ignore[arg-type]
 
 

@@ -13,10 +13,13 @@ ControlPlaneError (500)
 │   ├── NodeNotFound
 │   ├── OperationNotFound
 │   ├── TokenNotFound
-│   └── DeploymentNotFound
+│   ├── DeploymentNotFound
+│   ├── TenantNotFound
+│   └── InferenceKeyNotFound
 ├── Conflict (409)
 │   ├── ModelAlreadyExists
 │   ├── NodeAlreadyExists
+│   ├── TenantAlreadyExists
 │   ├── ModelInUse
 │   ├── InvalidStateTransition
 │   ├── InvalidAliasTarget
@@ -113,6 +116,19 @@ class DeploymentNotFound(NotFound):
         super().__init__(f"alias '{alias}' of model '{model}' is not deployed on node '{node}'")
 
 
+class TenantNotFound(NotFound):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"there is no tenant named '{name}'; list them with GET /api/v1/tenants "
+                         "or 'llmctl tenants list'")
+
+
+class InferenceKeyNotFound(NotFound):
+    def __init__(self, tenant: str, key_id: int) -> None:
+        super().__init__(f"tenant '{tenant}' has no inference API key with id {key_id}; list its "
+                         f"keys with GET /api/v1/tenants/{tenant}/keys or 'llmctl tenants keys "
+                         f"list {tenant}'")
+
+
 class Conflict(ControlPlaneError):
     status_code = 409
 
@@ -120,6 +136,11 @@ class Conflict(ControlPlaneError):
 class NodeAlreadyExists(Conflict):
     def __init__(self, name: str) -> None:
         super().__init__(f"node '{name}' already exists; PATCH it or pick another name")
+
+
+class TenantAlreadyExists(Conflict):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"tenant '{name}' already exists; PATCH it or pick another name")
 
 
 class ModelAlreadyExists(Conflict):

@@ -1,12 +1,14 @@
-"""Stream a generation over gRPC with tritonclient, as a client of Triton's stock vLLM backend does.
+"""Stream a generation over gRPC with tritonclient, as a client of Triton's stock vLLM backend does,
+through the gateway (the API key goes as the ``authorization`` metadata).
 
-    python -m control_plane.grpc_example --url 127.0.0.1:8001 --priority 1 "Write a haiku"
+    LLM_API_KEY=llmgw_... python -m control_plane.grpc_example --url 127.0.0.1:8001 --priority 1 "Write a haiku"
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import queue
 import sys
 
@@ -21,6 +23,8 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--priority", type=int, default=0, help="1 (most urgent) .. 3; 0: default")
+    parser.add_argument("--api-key", default=os.environ.get("LLM_API_KEY"),
+                        help="the gateway's API key (default: $LLM_API_KEY)")
     args = parser.parse_args()
 
     def tensor(name: str, value: object, dtype: str) -> grpcclient.InferInput:
@@ -35,11 +39,12 @@ def main() -> None:
     ]
     responses: queue.Queue[tuple[object, object]] = queue.Queue()
     client = grpcclient.InferenceServerClient(args.url)
-    client.start_stream(callback=lambda result, error: responses.put((result, error)))
-    # Triton's priority field orders Triton's own queue; the backend cannot read it (Triton
-    # r24.10), so the same level also goes as the priority_level parameter.
-    extra = {"priority": args.priority, "parameters": {"priority_level": args.priority}} if args.priority else {}
-    client.async_stream_infer(args.model, inputs, enable_empty_final_response=True, **extra)
+    headers = {"authorization": f"Bearer {args.api_key}"} if args.api_key else None
+    client.start_stream(callback=lambda result, error: responses.put((result, error)),
+                        headers=headers)
+    # The gateway hands gRPC's own priority field to the backend as its level.
+    client.async_stream_infer(args.model, inputs, enable_empty_final_response=True,
+                              priority=args.priority)
     try:
         while True:
             result, error = responses.get(timeout=120)

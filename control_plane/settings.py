@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from packaging.version import InvalidVersion, Version
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from control_plane.placement.model import Strategy
@@ -54,3 +55,18 @@ class Settings(BaseSettings):
                                        "it doubles with each failure (full jitter)")
     webhook_backoff_max_seconds: float = Field(
         default=300.0, gt=0, description="longest wait between two webhook attempts")
+    min_triton_version: str = Field(
+        default="2.70.0",
+        description="nodes running an older Triton are flagged (version_warning) and logged; the "
+                    "default is the first Triton release after NVIDIA security bulletin 5828 of "
+                    "May 2026 (CVE-2026-24207 and others): set it to the release that bulletin "
+                    "names as fixed")
+
+    @field_validator("min_triton_version")
+    @classmethod
+    def _a_version_number(cls, value: str) -> str:
+        try:
+            Version(value)
+        except InvalidVersion:
+            raise ValueError(f"'{value}' is not a version number; write e.g. 2.70.0") from None
+        return value

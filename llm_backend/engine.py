@@ -13,17 +13,19 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import jinja2
 from vllm import AsyncEngineArgs
 from vllm.outputs import RequestOutput
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError
 from vllm.v1.metrics.loggers import StatLoggerBase
 
-from llm_backend.errors import BackendError, Unavailable
+from llm_backend.chat import INPUT_FORMAT_PARAMETER, ChatMessage
+from llm_backend.errors import BackendError, InvalidRequest, Unavailable
 from llm_backend.outputs import BackendMetrics, OutputChunk, ResponseSink, SequenceProgress
 from llm_backend.request import GenerationRequest
 from llm_backend.settings import SettingsError
@@ -120,8 +122,36 @@ class EngineHost:
     def max_model_len(self) -> int:
         return int(self.engine.vllm_config.model_config.max_model_len)
 
-    def tokenize(self, prompt: str) -> list[int]:
-        return list(self.engine.get_tokenizer().encode(prompt))
+    @property
+    def tokenizer(self) -> Any:
+        """vLLM's tokenizer for the model (a Hugging Face fast tokenizer for most models)."""
+        return self.engine.get_tokenizer()
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def tokenize(self, prompt: str, add_special_tokens: bool = True) -> list[int]:
+        return list(self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens))
+
+    def render_chat(self, messages: Sequence[ChatMessage]) -> str:
+        """The prompt the model's own chat template makes of ``messages``, ready for a reply."""
+        if not self.has_chat_template:
+            raise InvalidRequest(
+                INPUT_FORMAT_PARAMETER,
+                "'chat' needs the model's chat template, and this model's tokenizer has none; "
+                "send input_format 'text' with a prompt formatted for the model",
+            )
+        try:
+            prompt = self.tokenizer.apply_chat_template(
+                [message.as_dict() for message in messages],
+                add_generation_prompt=True, tokenize=False,
+            )
+        except jinja2.TemplateError as exc:
+            raise InvalidRequest(
+                "text_input", f"the model's chat template refused the messages: {exc}"
+            ) from None
+        return str(prompt)
 
     def shutdown(self, abort_message: str) -> None:
         """Fail what is still running, stop the engine and its processes, stop the loop."""
@@ -209,6 +239,10 @@ class EngineHost:
             if job.aborted and not finished:
                 job.sink.send(None, final=True)
             self._jobs.pop(job.request_id, None)
+            if request.tenant is not None:
+                # Once per request, at its end: each metric update is a blocking message to
+                # the Triton process.
+                self._metrics.observe_tenant_request(request.tenant, sum(progress.tokens.values()))
             job.on_done()
 
     @staticmethod

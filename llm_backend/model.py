@@ -30,9 +30,11 @@ from llm_backend.admission import Admission  # noqa: E402
 from llm_backend.devices import engine_device_environment  # noqa: E402
 from llm_backend.engine import EngineHost, GenerationJob  # noqa: E402
 from llm_backend.errors import BackendError, Unavailable  # noqa: E402
+from llm_backend.gateway_trust import GATEWAY_SECRET_ENV, GatewayTrust  # noqa: E402
 from llm_backend.request import parse_parameters_json, parse_request  # noqa: E402
 from llm_backend.scheduler import AdmissionScheduler, QueuePolicy, QueueRejected  # noqa: E402
 from llm_backend.settings import SettingsError, load_settings  # noqa: E402
+from llm_backend.token_bytes import TokenBytes, UnboundedTokens, max_token_bytes  # noqa: E402
 from llm_backend.triton_io import TritonResponseSink, read_raw_request  # noqa: E402
 from llm_backend.triton_metrics import TritonBackendMetrics  # noqa: E402
 
@@ -45,6 +47,16 @@ QUEUE_TICK_S = 0.05
 CANCEL_SWEEP_TICKS = 10
 
 
+def _log_to_triton_log() -> None:
+    # The stub's stderr ends up in tritonserver's log; without a handler of its own, Python
+    # would drop everything below WARNING there (the load line included).
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s [%(name)s] %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+
+
 def _python_executable() -> str:
     for candidate in (sys.executable, str(Path(sys.prefix) / "bin" / "python3"), shutil.which("python3")):
         if candidate and Path(candidate).name.startswith("python") and Path(candidate).exists():
@@ -54,6 +66,7 @@ def _python_executable() -> str:
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, Any]) -> None:
+        _log_to_triton_log()
         self._name = args["model_name"]
         self._version = args["model_version"]
         model_config = json.loads(args["model_config"])
@@ -61,6 +74,8 @@ class TritonPythonModel:
         self._levels = self._settings.levels
         self._closing = False
         self._unloading_self = threading.Lock()
+        # Read once: tritonserver's environment, which the stub inherits.
+        self._gateway = GatewayTrust.from_environment()
         self._metrics = TritonBackendMetrics(pb_utils, self._name, self._version, self._levels.count)
         # Started before the engine, so the engine processes are its owner's descendants.
         self._reaper = subprocess.Popen(
@@ -79,13 +94,29 @@ class TritonPythonModel:
         self._engine = EngineHost(self._settings.engine_args, self._metrics, self._on_engine_dead)
         self._engine.start()
         self._scheduler = self._build_scheduler()
-        self._admission = Admission(self._engine.max_model_len)
+        bytes_bound, bytes_note = self._token_bytes_bound()
+        self._admission = Admission(self._engine.max_model_len, bytes_bound)
         self._ticker = threading.Thread(target=self._tick, name="queue-ticker", daemon=True)
         self._ticker.start()
         log.info("llm_backend %s/%s ready: %s engine slots (%s reserved for levels <= %s), "
-                 "%s priority levels (default %s)", self._name, self._version,
-                 self._scheduler.capacity, self._scheduler.reserved, self._settings.urgent_level,
-                 self._levels.count, self._levels.default)
+                 "%s priority levels (default %s); %s; chat template: %s; tenant parameter: %s",
+                 self._name, self._version, self._scheduler.capacity, self._scheduler.reserved,
+                 self._settings.urgent_level, self._levels.count, self._levels.default,
+                 bytes_note, "yes" if self._engine.has_chat_template else "none",
+                 f"trusted from the gateway ({GATEWAY_SECRET_ENV} set)" if self._gateway.configured
+                 else f"refused ({GATEWAY_SECRET_ENV} not set)")
+
+    def _token_bytes_bound(self) -> tuple[TokenBytes | None, str]:
+        """The byte bound for early refusals, and how the load log describes it."""
+        started = time.monotonic()
+        try:
+            bound = max_token_bytes(self._engine.tokenizer)
+        except UnboundedTokens as exc:
+            return None, f"prompts are tokenized before the length check ({exc})"
+        limit = (self._engine.max_model_len - 1) * bound.max_bytes
+        return bound, (f"max_token_bytes {bound.max_bytes} (prompts over {limit} bytes refused "
+                       f"without tokenizing, {len(bound.dropped)} byte values the tokenizer "
+                       f"drops aside; found in {time.monotonic() - started:.2f} s)")
 
     def _build_scheduler(self) -> AdmissionScheduler[GenerationJob]:
         settings = self._settings
@@ -129,11 +160,19 @@ class TritonPythonModel:
                 raise Unavailable(f"the vLLM engine died ({self._engine.dead}); the model is being unloaded")
             if self._closing:
                 raise Unavailable("the model is unloading")
-            generation = parse_request(read_raw_request(pb_utils, request, parameters), self._levels)
+            generation = parse_request(read_raw_request(pb_utils, request, parameters),
+                                       self._levels, self._gateway)
             if not self._settings.priority_passthrough:
                 generation = replace(generation, priority=0)
+            messages = generation.messages
+            if messages is not None:
+                generation = replace(generation, prompt=self._engine.render_chat(messages))
             sink.generation = generation
-            prompt_ids = self._engine.tokenize(generation.prompt)
+            # A prompt that cannot fit is refused from its length, before costly tokenizing.
+            self._admission.check_prompt_bytes(generation.prompt.encode("utf-8"))
+            # The chat template writes the model's special tokens itself (BOS included).
+            prompt_ids = self._engine.tokenize(generation.prompt,
+                                               add_special_tokens=messages is None)
             self._admission.check(len(prompt_ids), generation.sampling.max_tokens)
         except BackendError as exc:
             sink.fail(exc)

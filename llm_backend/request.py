@@ -8,7 +8,15 @@ from typing import Any
 
 from vllm import SamplingParams
 
+from llm_backend.chat import (
+    INPUT_FORMAT_PARAMETER,
+    ChatMessage,
+    InputFormat,
+    parse_input_format,
+    parse_messages,
+)
 from llm_backend.errors import InvalidRequest
+from llm_backend.gateway_trust import GATEWAY_PARAMETERS, GatewayTrust
 from llm_backend.priority import PriorityLevels
 from llm_backend.sampling import build_sampling_params, parse_json_object
 
@@ -20,8 +28,13 @@ PRIORITY_PARAMETERS = ("priority", "priority_level")
 # The queue timeout a request may ask for, in microseconds (Triton's own name and unit).
 TIMEOUT_PARAMETER = "timeout"
 # Request parameters that are not sampling parameters; "id" is the request id, which Triton's
-# HTTP generate endpoint also copies into the parameters.
-NON_SAMPLING_PARAMETERS = frozenset({*PRIORITY_PARAMETERS, TIMEOUT_PARAMETER, "id"})
+# HTTP generate endpoint also copies into the parameters. The gateway adds the tenant and its
+# secret (gateway_trust.py).
+NON_SAMPLING_PARAMETERS = frozenset({
+    *PRIORITY_PARAMETERS, TIMEOUT_PARAMETER, "id", INPUT_FORMAT_PARAMETER, *GATEWAY_PARAMETERS,
+})
+# A node without a gateway: no request may name a tenant.
+NO_GATEWAY = GatewayTrust()
 
 
 @dataclass(frozen=True)
@@ -55,6 +68,11 @@ class GenerationRequest:
     priority_from_client: bool
     # How long the request may wait for an engine slot; None: the level's default.
     queue_timeout_s: float | None = None
+    # input_format "chat": the messages, and ``prompt`` is empty until the model's chat template
+    # renders them (EngineHost.render_chat, with the tokenizer the engine holds).
+    messages: tuple[ChatMessage, ...] | None = None
+    # Who the request is for, as the gateway vouched; None: not sent through a gateway.
+    tenant: str | None = None
 
 
 def _text(value: bytes | str, field_name: str) -> str:
@@ -73,11 +91,20 @@ def parse_parameters_json(text: str | None) -> dict[str, Any]:
     return parse_json_object(text, "parameters")
 
 
-def parse_request(raw: RawRequest, levels: PriorityLevels) -> GenerationRequest:
-    """Validate a raw request; every problem raises ``InvalidRequest`` naming its field."""
+def parse_request(raw: RawRequest, levels: PriorityLevels,
+                  gateway: GatewayTrust = NO_GATEWAY) -> GenerationRequest:
+    """Validate a raw request; every problem raises ``InvalidRequest`` naming its field.
+
+    ``gateway`` decides whether a ``tenant`` parameter is trusted; by default none is.
+    """
+    tenant = gateway.tenant(raw.parameters)
     if raw.text_input is None:
         raise InvalidRequest("text_input", "is required")
     prompt = _text(raw.text_input, "text_input")
+    messages = None
+    if parse_input_format(raw.parameters.get(INPUT_FORMAT_PARAMETER)) is InputFormat.CHAT:
+        messages = parse_messages(prompt)
+        prompt = ""
     streaming = bool(raw.stream)
 
     if raw.sampling_parameters is not None:
@@ -95,9 +122,10 @@ def parse_request(raw: RawRequest, levels: PriorityLevels) -> GenerationRequest:
 
     priority, priority_from_client = _priority(raw.parameters, levels)
     # The stock backend includes the prompt in non-streaming output unless told not to; a stream
-    # carries only the new text unless the client asks for the prompt explicitly.
+    # carries only the new text unless the client asks for the prompt explicitly. Chat input is
+    # JSON, not text to continue: its rendered prompt is echoed only when asked for.
     if raw.exclude_input_in_output is None:
-        include_prompt = not streaming
+        include_prompt = not streaming and messages is None
     else:
         include_prompt = not raw.exclude_input_in_output
     return GenerationRequest(
@@ -111,6 +139,8 @@ def parse_request(raw: RawRequest, levels: PriorityLevels) -> GenerationRequest:
         priority=priority,
         priority_from_client=priority_from_client,
         queue_timeout_s=_queue_timeout(raw),
+        messages=messages,
+        tenant=tenant,
     )
 
 

@@ -35,7 +35,18 @@ class TritonBackendMetrics:
                               "slot, by priority level", family.GAUGE),
             engine := family("llm_engine_requests",
                              "Requests inside vLLM's scheduler, by state", family.GAUGE),
+            tenant_requests := family("llm_tenant_requests_total",
+                                      "Requests the engine ran for a gateway tenant, counted as "
+                                      "each ends", family.COUNTER),
+            tenant_generated := family("llm_tenant_generation_tokens_total",
+                                       "Tokens generated for a gateway tenant, counted as each "
+                                       "request ends", family.COUNTER),
         ]
+        self._labels = labels
+        self._tenant_families = (tenant_requests, tenant_generated)
+        # tenant -> (requests, generated tokens); created on a tenant's first request, as
+        # tenants are known only from the requests the gateway sends.
+        self._tenants: dict[str, tuple[Any, Any]] = {}
         self._prompt = prompt.Metric(labels=labels)
         self._generated = generated.Metric(labels=labels)
         self._ttft = ttft.Metric(labels=labels, buckets=TTFT_BUCKETS)
@@ -61,6 +72,7 @@ class TritonBackendMetrics:
             self._closed = True
             self._inflight.clear()
             self._waiting.clear()
+            self._tenants.clear()
             self._last_set.clear()
             for name in ("_prompt", "_generated", "_ttft", "_itl", "_engine_running",
                          "_engine_waiting"):
@@ -82,6 +94,21 @@ class TritonBackendMetrics:
     def observe_inter_token_latency(self, seconds: float) -> None:
         if not self._closed:
             self._itl.observe(seconds)
+
+    def observe_tenant_request(self, tenant: str, generated_tokens: int) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            counters = self._tenants.get(tenant)
+            if counters is None:
+                labels = {**self._labels, "tenant": tenant}
+                counters = tuple(family.Metric(labels=labels) for family in self._tenant_families)
+                self._tenants[tenant] = counters
+            # Under the lock, so close() cannot release the counters in between.
+            requests, generated = counters
+            requests.increment(1)
+            if generated_tokens:
+                generated.increment(generated_tokens)
 
     def set_requests(self, inflight: dict[int, int], waiting: dict[int, int]) -> None:
         """Set the per-level gauges. Only values that changed are sent: each update is a

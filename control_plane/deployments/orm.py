@@ -72,5 +72,8 @@ class NodeStatus(Base):
     health: Mapped[str] = mapped_column(String(8))
     detail: Mapped[str] = mapped_column(Text, default="")
     observed_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # Triton's own version (ServerMetadata), last read while the node answered; kept while it is
+    # down, so an old node stays flagged.
+    server_version: Mapped[str | None] = mapped_column(String(64))
     # The reconciler's last pass on the node: its plan, what it skipped and why, its errors.
     last_pass: Mapped[dict[str, Any] | None] = mapped_column(JSON)

@@ -33,8 +33,9 @@ from control_plane.deployments.repository import DeploymentRepository
 from control_plane.deployments.service import busy_deployment_ids
 from control_plane.deployments.specs import NodeEndpoint
 from control_plane.errors import ControlPlaneError
+from control_plane.nodes.triton_version import version_warning
 from control_plane.registry.repository import AliasRepository
-from control_plane.triton.protocol import TritonControlError
+from control_plane.triton.protocol import TritonControl, TritonControlError
 
 log = logging.getLogger(__name__)
 ACTOR = "reconciler"
@@ -59,11 +60,16 @@ class NodeReport:
 
 class Reconciler:
     def __init__(self, actuator: Actuator, interval_s: float = 10.0,
-                 is_leader: Callable[[], bool] = lambda: True) -> None:
+                 is_leader: Callable[[], bool] = lambda: True,
+                 min_triton_version: str | None = None) -> None:
+        """``min_triton_version``: nodes on an older Triton are logged, once per node and
+        version; None: no floor."""
         self.actuator = actuator
         self.session_factory = actuator.session_factory
         self.interval_s = interval_s
         self.is_leader = is_leader
+        self.min_triton_version = min_triton_version
+        self._old_versions_logged: set[tuple[str, str]] = set()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -134,6 +140,7 @@ class Reconciler:
             return report
         try:
             ready = ready_versions(control)
+            server_version = self._server_version(control, endpoint.name, report)
         except TritonControlError as exc:
             report.errors.append(str(exc))
             self._record_down(node_id, str(exc), report)
@@ -150,8 +157,25 @@ class Reconciler:
             except ControlPlaneError as exc:
                 report.errors.append(exc.message)
                 log.warning("reconcile %s on node %s: %s", action, endpoint.name, exc.message)
-        self._record(node_id, NodeHealth.UP, "; ".join(report.errors), report)
+        self._record(node_id, NodeHealth.UP, "; ".join(report.errors), report, server_version)
         return report
+
+    def _server_version(self, control: TritonControl, node: str, report: NodeReport
+                        ) -> str | None:
+        """Triton's version on the node, logged once per node and version if it is too old."""
+        try:
+            version = control.server_version()
+        except TritonControlError as exc:
+            # The node serves its index, so it is up; its metadata may be locked to another key.
+            report.errors.append(f"cannot read the Triton version: {exc}")
+            return None
+        if self.min_triton_version is None:
+            return version
+        warning = version_warning(version, self.min_triton_version)
+        if warning is not None and (node, version) not in self._old_versions_logged:
+            self._old_versions_logged.add((node, version))
+            log.warning("node %s: %s", node, warning)
+        return version
 
     def _desired(self, node_id: int) -> tuple[list[Desired], set[int], NodeEndpoint]:
         with transaction(self.session_factory) as session:
@@ -193,10 +217,11 @@ class Reconciler:
                 node_id, f"node '{report.node}' did not answer: {detail}", ACTOR)
         self._record(node_id, NodeHealth.DOWN, detail, report)
 
-    def _record(self, node_id: int, health: NodeHealth, detail: str, report: NodeReport) -> None:
+    def _record(self, node_id: int, health: NodeHealth, detail: str, report: NodeReport,
+                server_version: str | None = None) -> None:
         with transaction(self.session_factory) as session:
             repository = DeploymentRepository(session)
-            repository.record_node_health(node_id, health, detail)
+            repository.record_node_health(node_id, health, detail, server_version)
             status = repository.node_health(node_id)
             if status is not None:
                 status.last_pass = {**report.as_json(), "at": utcnow().isoformat()}

@@ -100,13 +100,27 @@ class DeploymentRepository:
         self.session.expire_all()
         return int(changed.rowcount)  # type: ignore[attr-defined]
 
-    def record_node_health(self, node_id: int, health: NodeHealth, detail: str) -> None:
+    def record_node_health(self, node_id: int, health: NodeHealth, detail: str,
+                           server_version: str | None = None) -> None:
+        """``server_version`` None: not read this time; the last one read stays."""
         status = self.session.get(NodeStatus, node_id)
         if status is None:
-            self.session.add(NodeStatus(node_id=node_id, health=health.value, detail=detail))
+            status = NodeStatus(node_id=node_id, health=health.value, detail=detail)
+            self.session.add(status)
         else:
             status.health, status.detail, status.observed_at = health.value, detail, utcnow()
+        if server_version is not None:
+            status.server_version = server_version
         self.session.flush()
+
+    def server_versions(self, node_ids: Sequence[int]) -> dict[int, str]:
+        """The Triton version last read on each of ``node_ids`` that has one."""
+        if not node_ids:
+            return {}
+        rows = self.session.execute(
+            select(NodeStatus.node_id, NodeStatus.server_version)
+            .where(NodeStatus.node_id.in_(node_ids)))
+        return {node_id: version for node_id, version in rows if version is not None}
 
     def node_health(self, node_id: int) -> NodeStatus | None:
         return self.session.get(NodeStatus, node_id)

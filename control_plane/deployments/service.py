@@ -143,6 +143,11 @@ def check_node_removable(session: Session, node_name: str) -> None:
                               f"node '{node_name}'")
 
 
+def server_versions(session: Session, node_ids: Sequence[int]) -> dict[int, str]:
+    """Triton's version on each node as the reconciler last read it (node id → version)."""
+    return DeploymentRepository(session).server_versions(node_ids)
+
+
 def deployed(session: Session, model_id: int, alias_name: str) -> Sequence[Deployment]:
     return DeploymentRepository(session).of_alias(model_id, alias_name)
 

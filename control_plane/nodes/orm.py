@@ -17,6 +17,8 @@ class TritonNode(Base):
     name: Mapped[str] = mapped_column(String(64), unique=True)
     http_url: Mapped[str] = mapped_column(String(512))
     grpc_url: Mapped[str] = mapped_column(String(512))
+    # Triton's Prometheus page; the inference gateway reads the backend's queue gauges there.
+    metrics_url: Mapped[str | None] = mapped_column(String(512))
     labels: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
     # Where the repository-API key lives (env:VAR or file:/path), never the key itself: the
     # database then holds nothing that opens a node.

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from fastapi import APIRouter, Request, Response, status
 from fastapi.responses import JSONResponse
+from sqlalchemy.orm import Session
 
 from control_plane.auth.dependencies import Reader, Writer
-from control_plane.dependencies import DbSession
+from control_plane.dependencies import AppSettings, DbSession
 from control_plane.deployments import service as deployments
 from control_plane.error_handlers import error_responses
 from control_plane.idempotency.http import IdempotencyKeyHeader, respond_once
@@ -14,14 +17,26 @@ from control_plane.labels import IfMatch, LabelFilter, parse_label_filter
 from control_plane.nodes import service
 from control_plane.nodes.orm import TritonNode
 from control_plane.nodes.schemas import NodeCreate, NodeName, NodeOut, NodeUpdate
+from control_plane.nodes.triton_version import ObservedVersion
 from control_plane.pagination import Limit, Offset, Page
+from control_plane.settings import Settings
 
 router = APIRouter(prefix="/nodes", tags=["nodes"], responses=error_responses(401, 403, 422, 503))
 
 
-def _node(response: Response, node: TritonNode) -> NodeOut:
+def _out(session: Session, settings: Settings, nodes: Sequence[TritonNode]) -> list[NodeOut]:
+    """Nodes with the Triton version the reconciler last read on each, checked against the
+    minimum."""
+    versions = deployments.server_versions(session, [node.id for node in nodes])
+    return [NodeOut.of(node, ObservedVersion.check(versions.get(node.id),
+                                                   settings.min_triton_version))
+            for node in nodes]
+
+
+def _node(response: Response, session: Session, settings: Settings, node: TritonNode
+          ) -> NodeOut:
     response.headers["ETag"] = service.node_etag(node)
-    return NodeOut.of(node)
+    return _out(session, settings, [node])[0]
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=NodeOut,
@@ -36,21 +51,24 @@ def register_node(body: NodeCreate, request: Request, session: DbSession, actor:
 
 
 @router.get("")
-def list_nodes(session: DbSession, _: Reader, label: LabelFilter = [],  # noqa: B006
+def list_nodes(session: DbSession, settings: AppSettings, _: Reader,
+               label: LabelFilter = [],  # noqa: B006
                limit: Limit = 50, offset: Offset = 0) -> Page[NodeOut]:
     nodes, total = service.list_nodes(session, parse_label_filter(label), limit, offset)
-    return Page(items=[NodeOut.of(n) for n in nodes], total=total, limit=limit, offset=offset)
+    return Page(items=_out(session, settings, nodes), total=total, limit=limit, offset=offset)
 
 
 @router.get("/{name}", responses=error_responses(404))
-def get_node(name: NodeName, response: Response, session: DbSession, _: Reader) -> NodeOut:
-    return _node(response, service.get_node(session, name))
+def get_node(name: NodeName, response: Response, session: DbSession, settings: AppSettings,
+             _: Reader) -> NodeOut:
+    return _node(response, session, settings, service.get_node(session, name))
 
 
 @router.patch("/{name}", responses=error_responses(404, 412))
 def update_node(name: NodeName, body: NodeUpdate, response: Response, session: DbSession,
-                actor: Writer, if_match: IfMatch = None) -> NodeOut:
-    return _node(response, service.update_node(session, actor, name, body, if_match))
+                settings: AppSettings, actor: Writer, if_match: IfMatch = None) -> NodeOut:
+    return _node(response, session, settings,
+                 service.update_node(session, actor, name, body, if_match))
 
 
 @router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT,

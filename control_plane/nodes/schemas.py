@@ -17,6 +17,7 @@ from pydantic import (
 
 from control_plane.gpus.sources import SPEC_PATTERN
 from control_plane.nodes.orm import TritonNode
+from control_plane.nodes.triton_version import ObservedVersion
 from control_plane.registry.schemas import MODEL_NAME_PATTERN, Labels
 
 NodeName = Annotated[str, StringConstraints(pattern=MODEL_NAME_PATTERN)]
@@ -41,6 +42,8 @@ ExcludedGpus = Annotated[list[GpuUuid], Field(max_length=64)]
 _INVENTORY_HELP = ("where the node's GPU readings come from: nvml, metrics:<url of Triton's "
                    "/metrics>, static:<file> or simulated:<file> (JSON/YAML); none: no GPUs")
 _EXCLUDED_HELP = "GPU UUIDs kept out of placement"
+_METRICS_HELP = ("Triton's Prometheus metrics page, e.g. http://10.0.0.5:8002/metrics; the "
+                 "inference gateway reads the backend's queue gauges there")
 
 NodeHttpUrl = Annotated[AnyHttpUrl, UrlConstraints(max_length=MAX_URL_LENGTH),
                         AfterValidator(_fits_column)]
@@ -54,6 +57,7 @@ class NodeCreate(_Input):
     name: NodeName
     http_url: NodeHttpUrl
     grpc_url: GrpcAddress = Field(description="host:port of Triton's gRPC endpoint")
+    metrics_url: NodeHttpUrl | None = Field(default=None, description=_METRICS_HELP)
     labels: Labels = Field(default_factory=dict)
     api_key_ref: ApiKeyRef | None = Field(
         default=None, description="where the repository-API key is: env:VAR or file:/path")
@@ -64,27 +68,40 @@ class NodeCreate(_Input):
 class NodeUpdate(_Input):
     http_url: NodeHttpUrl | None = None
     grpc_url: GrpcAddress | None = None
+    metrics_url: NodeHttpUrl | None = Field(default=None,
+                                            description=_METRICS_HELP + "; null removes it")
     labels: Labels | None = None
     api_key_ref: ApiKeyRef | None = None
     gpu_inventory: GpuInventorySpec | None = Field(default=None, description=_INVENTORY_HELP)
     excluded_gpus: ExcludedGpus | None = Field(default=None, description=_EXCLUDED_HELP)
 
 
+# Observed by the reconciler, not configured: left out of the audit log's snapshots.
+OBSERVED_FIELDS = frozenset({"server_version", "version_warning"})
+
+
 class NodeOut(BaseModel):
     name: str
     http_url: str
     grpc_url: str
+    metrics_url: str | None
     labels: dict[str, str]
     api_key_ref: str | None
     gpu_inventory: str | None
     excluded_gpus: list[str]
     created_at: datetime
     updated_at: datetime
+    server_version: str | None = Field(
+        description="Triton's version as the reconciler last read it; null before its first look")
+    version_warning: str | None = Field(
+        description="set when the version is older than LLMCP_MIN_TRITON_VERSION")
 
     @classmethod
-    def of(cls, node: TritonNode) -> NodeOut:
+    def of(cls, node: TritonNode, version: ObservedVersion | None = None) -> NodeOut:
         return cls(name=node.name, http_url=node.http_url, grpc_url=node.grpc_url,
-                   labels=node.labels, api_key_ref=node.api_key_ref,
-                   gpu_inventory=node.gpu_inventory, excluded_gpus=node.excluded_gpus,
-                   created_at=node.created_at,
-                   updated_at=node.updated_at)
+                   metrics_url=node.metrics_url, labels=node.labels,
+                   api_key_ref=node.api_key_ref, gpu_inventory=node.gpu_inventory,
+                   excluded_gpus=node.excluded_gpus, created_at=node.created_at,
+                   updated_at=node.updated_at,
+                   server_version=None if version is None else version.server_version,
+                   version_warning=None if version is None else version.warning)

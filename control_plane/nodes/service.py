@@ -15,7 +15,7 @@ from control_plane.db import utcnow
 from control_plane.errors import NodeAlreadyExists, NodeNotFound
 from control_plane.nodes.orm import TritonNode
 from control_plane.nodes.repository import NodeRepository
-from control_plane.nodes.schemas import NodeCreate, NodeOut, NodeUpdate
+from control_plane.nodes.schemas import OBSERVED_FIELDS, NodeCreate, NodeOut, NodeUpdate
 
 
 def node_etag(node: TritonNode) -> str:
@@ -23,7 +23,7 @@ def node_etag(node: TritonNode) -> str:
 
 
 def _snapshot(node: TritonNode) -> dict[str, Any]:
-    return NodeOut.of(node).model_dump(mode="json")
+    return NodeOut.of(node).model_dump(mode="json", exclude=set(OBSERVED_FIELDS))
 
 
 def register_node(session: Session, actor: Actor, data: NodeCreate) -> TritonNode:
@@ -31,6 +31,7 @@ def register_node(session: Session, actor: Actor, data: NodeCreate) -> TritonNod
     if repository.get_by_name(data.name) is not None:
         raise NodeAlreadyExists(data.name)
     node = TritonNode(name=data.name, http_url=str(data.http_url), grpc_url=data.grpc_url,
+                      metrics_url=None if data.metrics_url is None else str(data.metrics_url),
                       labels=data.labels, api_key_ref=data.api_key_ref,
                       gpu_inventory=data.gpu_inventory, excluded_gpus=data.excluded_gpus)
     try:
@@ -62,6 +63,9 @@ def update_node(session: Session, actor: Actor, name: str, data: NodeUpdate,
         node.http_url = str(data.http_url)
     if data.grpc_url is not None:
         node.grpc_url = data.grpc_url
+    # Unlike the other fields, null is a value here: it removes the URL.
+    if "metrics_url" in data.model_fields_set:
+        node.metrics_url = None if data.metrics_url is None else str(data.metrics_url)
     if data.labels is not None:
         node.labels = data.labels
     if data.api_key_ref is not None:

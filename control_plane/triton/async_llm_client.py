@@ -63,7 +63,8 @@ def _error_text(payload: str) -> str:
 
 async def grpc_stream(client: grpcclient_aio.InferenceServerClient, model: str, prompt: str,
                       sampling: dict[str, Any],
-                      parameters: dict[str, Any] | None = None) -> StreamResult:
+                      parameters: dict[str, Any] | None = None,
+                      headers: dict[str, str] | None = None) -> StreamResult:
     """One request on a gRPC stream of its own (the stock vLLM tensors), read to its final
     response. The stream is cancelled if the caller is (e.g. on a deadline)."""
     result = StreamResult(submitted_at=time.monotonic())
@@ -75,7 +76,7 @@ async def grpc_stream(client: grpcclient_aio.InferenceServerClient, model: str, 
         yield {"model_name": model, "inputs": stock_inputs(prompt, sampling),
                "parameters": parameters}
 
-    responses = client.stream_infer(requests())
+    responses = client.stream_infer(requests(), headers=headers)
     try:
         async for item, error in responses:
             if record_response(result, item, error):

@@ -132,6 +132,11 @@ class TritonGrpcControl:
             tensor["shape"] = [int(dim) for dim in tensor.get("shape", [])]
         return response
 
+    def server_version(self) -> str:
+        metadata = self._call(lambda: self._client.get_server_metadata(
+            client_timeout=self.call_timeout_s))
+        return str(metadata.version)
+
     def metrics(self) -> str:
         if self.metrics_url is None:
             raise TritonControlError(f"no metrics URL is known for the node at {self.url}",

@@ -111,3 +111,7 @@ class TritonControl(Protocol):
     def metrics(self) -> str:
         """The node's Prometheus metrics page as text."""
         ...
+
+    def server_version(self) -> str:
+        """Triton's own version from its server metadata, e.g. "2.51.0" (release r24.10)."""
+        ...

@@ -9,7 +9,8 @@ import tritonclient.http as httpclient
 
 from control_plane.triton.runtime import CACHE_DIR, PROJECT_ROOT
 from control_plane.triton.server import TritonServer
-from tests.integration.support import MODEL, load_model
+from llm_backend.gateway_trust import GATEWAY_SECRET_ENV
+from tests.integration.support import GATEWAY_SECRET, MODEL, load_model
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -22,7 +23,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def triton() -> Iterator[TritonServer]:
     server = TritonServer(PROJECT_ROOT / "model_repository",
                           log_path=CACHE_DIR / "logs" / "test-session-tritonserver.log")
-    server.start()
+    # The node's side of the gateway handshake: tritonserver's environment (copied from ours when
+    # it starts) is the backend's. Set only while it starts, so nothing else in the session sees it.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(GATEWAY_SECRET_ENV, GATEWAY_SECRET)
+        server.start()
     try:
         load_model(server)
         yield server

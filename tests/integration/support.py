@@ -33,6 +33,8 @@ MODEL_DIR = PROJECT_ROOT / "model_repository" / MODEL
 # slots, and the one reserved for urgent requests.
 TEST_MAX_NUM_SEQS = 3
 TEST_URGENT_QUEUE_SIZE = 2
+# The session tritonserver's LLM_GATEWAY_SECRET (conftest.py): what the gateway would send.
+GATEWAY_SECRET = "integration-tests-gateway-secret"
 
 
 def test_model_config() -> tuple[str, dict[str, bytes]]:

@@ -32,6 +32,21 @@ def test_http_bad_input_is_refused_with_the_field_named(served, body, field):
     assert status == 200 and ok["text_output"], "the model keeps serving after a bad request"
 
 
+def test_a_1_mb_prompt_is_refused_from_its_size_before_tokenizing(served):
+    # No SmolLM2 token stands for more than 81 bytes (a newline and 80 spaces), so 1 MB is at
+    # least 12,946 tokens: refused without the ~0.9 s of tokenizing it.
+    prompt = "word " * 209_716
+    status, error = http_generate(served, {"text_input": prompt, "parameters": {"max_tokens": 1}})
+    assert status == 400, error
+    assert error["error"] == (
+        "text_input: prompt is 1048580 bytes, so at least 12946 tokens (no token of this model "
+        "stands for more than 81 bytes); this model's limit (max_model_len) is 2048 tokens for "
+        "prompt and output together; shorten the prompt, or split it across requests"
+    )
+    status, ok = http_generate(served, GOOD)
+    assert status == 200 and ok["text_output"]
+
+
 def test_grpc_stream_bad_sampling_parameters_get_an_error_naming_the_field(served):
     # A gRPC stream carries only the error message (ModelStreamInferResponse has no status code);
     # the same error is a 400 over HTTP, as the test above shows.

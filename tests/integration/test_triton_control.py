@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from packaging.version import Version
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
@@ -138,6 +139,11 @@ def test_load_makes_a_model_ready_listed_and_described_and_unload_takes_it_away(
     assert not entries_named(control, "adder"), "a model loaded from files leaves the index"
     with pytest.raises(ModelNotLoaded, match="adder"):
         control.metadata("adder")
+
+
+def test_server_version_is_the_triton_release(control):
+    # The bundled r24.10 is Triton 2.51.0; the control plane compares it with a minimum.
+    assert Version(control.server_version()) >= Version("2.51.0")
 
 
 def test_metrics_count_inferences_per_model(control, node):
@@ -294,7 +300,8 @@ def test_stopped_node_is_unreachable_at_once_and_reachable_again_after_restart(s
         assert not driver.is_server_live()
         for call in (driver.index, lambda: driver.load("adder", adder_config("adder"), {}),
                      lambda: driver.unload("adder"), lambda: driver.is_model_ready("adder"),
-                     lambda: driver.metadata("adder"), driver.metrics):
+                     lambda: driver.metadata("adder"), driver.metrics,
+                     driver.server_version):
             started = time.monotonic()
             with pytest.raises(NodeUnreachable, match="127.0.0.1"):
                 call()

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 from vllm.sampling_params import RequestOutputKind
 
+from llm_backend.chat import ChatMessage
 from llm_backend.errors import InvalidRequest
+from llm_backend.gateway_trust import GatewayTrust
 from llm_backend.priority import PriorityLevels
 from llm_backend.request import (
     NON_SAMPLING_PARAMETERS,
@@ -123,7 +125,9 @@ def test_request_parameters_fallback_excludes_priority_and_id():
 def test_non_sampling_parameters_set():
     assert PRIORITY_PARAMETERS == ("priority", "priority_level")
     assert TIMEOUT_PARAMETER == "timeout"
-    assert NON_SAMPLING_PARAMETERS == frozenset({"priority", "priority_level", "timeout", "id"})
+    assert NON_SAMPLING_PARAMETERS == frozenset({
+        "priority", "priority_level", "timeout", "id", "input_format", "tenant", "gateway_secret",
+    })
     # Every name the parser reads from the request parameters stays out of sampling.
     assert set(PRIORITY_PARAMETERS) | {TIMEOUT_PARAMETER} <= NON_SAMPLING_PARAMETERS
 
@@ -335,3 +339,71 @@ def test_triton_timeout_takes_precedence(parameter):
 def test_triton_timeout_microseconds_conversion():
     assert parse(timeout_us=1).queue_timeout_s == 1e-6
     assert parse(timeout_us=120_000_000).queue_timeout_s == 120.0
+
+
+# -- input_format and the gateway's parameters ---------------------------------------------------
+
+GATEWAY = GatewayTrust("s3cret")
+CHAT = '[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]'
+
+
+def test_gateway_parameters_and_input_format_stay_out_of_sampling():
+    # Were they passed on as sampling parameters, they would be refused as unknown keys.
+    req = parse_request(RawRequest(text_input=CHAT, parameters={
+        "max_tokens": 3, "temperature": 0, "input_format": "chat", "tenant": "acme",
+        "gateway_secret": "s3cret",
+    }), LEVELS, GATEWAY)
+    assert req.sampling.max_tokens == 3
+    assert req.sampling.temperature == 0
+    assert req.tenant == "acme"
+    assert req.messages == (ChatMessage("system", "Be brief."), ChatMessage("user", "Hi"))
+
+
+def test_text_input_format_is_the_default_and_keeps_the_prompt():
+    for parameters in ({}, {"input_format": "text"}):
+        req = parse(text_input=CHAT, parameters=parameters)
+        assert req.prompt == CHAT
+        assert req.messages is None
+        assert req.include_prompt_in_output is True
+
+
+def test_chat_prompt_waits_for_the_template_and_is_not_echoed_by_default():
+    req = parse(text_input=CHAT, parameters={"input_format": "chat"})
+    assert req.prompt == ""
+    assert req.include_prompt_in_output is False
+
+
+def test_chat_rendered_prompt_is_echoed_only_when_asked_for():
+    req = parse(text_input=CHAT, parameters={"input_format": "chat"}, exclude_input_in_output=False)
+    assert req.include_prompt_in_output is True
+
+
+@pytest.mark.parametrize("value", ["Chat", "json", 1, True])
+def test_unknown_input_format_is_refused(value):
+    with pytest.raises(InvalidRequest) as info:
+        parse(parameters={"input_format": value})
+    assert info.value.field == "input_format"
+
+
+def test_chat_text_input_must_be_messages():
+    with pytest.raises(InvalidRequest) as info:
+        parse(text_input="Hello", parameters={"input_format": "chat"})
+    assert info.value.field == "text_input"
+    assert "JSON array of messages" in info.value.message
+
+
+def test_without_a_gateway_no_tenant_is_trusted():
+    assert parse().tenant is None
+    with pytest.raises(InvalidRequest) as info:
+        parse(parameters={"tenant": "acme", "gateway_secret": "s3cret"})
+    assert info.value.field == "tenant"
+    assert "may only be set by the gateway" in info.value.message
+    assert "s3cret" not in info.value.message
+
+
+def test_gateway_claim_is_checked_even_with_a_sampling_tensor():
+    with pytest.raises(InvalidRequest) as info:
+        parse_request(RawRequest(text_input="Hi", sampling_parameters=b"{}",
+                                 parameters={"tenant": "acme", "gateway_secret": "wrong"}),
+                      LEVELS, GATEWAY)
+    assert info.value.field == "tenant"

@@ -68,7 +68,8 @@ def wait_until(probe: Callable[[], T | None], what: str, timeout: float = LOAD_T
         time.sleep(interval)
 
 
-def finished(client: Http, headers: dict[str, str], started: Any) -> dict[str, Any]:
+def finished(client: Http, headers: dict[str, str], started: Any,
+             timeout: float = LOAD_TIMEOUT) -> dict[str, Any]:
     """The operation a 202 started, once it has succeeded or failed."""
     assert started.status_code == 202, started.text
     location = started.headers["Location"]
@@ -77,7 +78,7 @@ def finished(client: Http, headers: dict[str, str], started: Any) -> dict[str, A
         operation: dict[str, Any] = client.get(location, headers=headers).json()
         return operation if operation["status"] in ("succeeded", "failed") else None
 
-    return wait_until(outcome, f"the end of {location}")
+    return wait_until(outcome, f"the end of {location}", timeout)
 
 
 def generate(node: TritonServer, model: str = "m") -> str:

@@ -1,0 +1,57 @@
+"""Tables of tenants and of their inference API keys (hashed)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from sqlalchemy import JSON, Boolean, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from control_plane.db import Base, UTCDateTime, utcnow
+
+# Stands alone in allowed_models: every model, including ones registered later.
+ALL_MODELS = "*"
+
+
+class PriorityOverLimit(StrEnum):
+    """What the gateway does with a request for a level more urgent than the tenant may use."""
+
+    REFUSE = "refuse"
+    LOWER = "lower"
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    # Model names (each allows the model and every alias of it, M and M.<alias>), or ["*"].
+    allowed_models: Mapped[list[str]] = mapped_column(JSON)
+    # The most urgent level the tenant may use (1 is the most urgent level there is).
+    max_priority_level: Mapped[int] = mapped_column(Integer)
+    # None: a request that names no level gets the model's default.
+    default_priority_level: Mapped[int | None] = mapped_column(Integer)
+    priority_over_limit: Mapped[str] = mapped_column(String(16))
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class InferenceApiKey(Base):
+    """A key a tenant's clients present to the gateway. Revoked keys stay as a record (and keep
+    their names), so the list shows when each one stopped working."""
+
+    __tablename__ = "inference_api_keys"
+    # Its index, led by tenant_id, also serves listing a tenant's keys.
+    __table_args__ = (UniqueConstraint("tenant_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(64))
+    # The secret's start, to recognise a key in a log or a leak report; not enough to guess it.
+    prefix: Mapped[str] = mapped_column(String(12))
+    # As with API tokens, only the sha256 of a 256-bit random secret is kept.
+    secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

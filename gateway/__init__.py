@@ -1,0 +1,1 @@
+"""The inference gateway: the one public door in front of every Triton node."""

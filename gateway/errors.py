@@ -1,0 +1,81 @@
+"""Errors a client can cause or meet at the gateway, each with what to do about it.
+
+GatewayError(message)                      HTTP status / gRPC code / OpenAI error type
+├── BadRequest                             400 / INVALID_ARGUMENT / invalid_request_error
+├── Unauthenticated                        401 / UNAUTHENTICATED / authentication_error
+├── PermissionDenied                       403 / PERMISSION_DENIED / permission_error
+├── ModelNotFound                          404 / NOT_FOUND / invalid_request_error
+├── BodyTooLarge                           413 / RESOURCE_EXHAUSTED / invalid_request_error
+├── BodyTimeout                            408 / DEADLINE_EXCEEDED / invalid_request_error
+├── NotServed                              403 / UNIMPLEMENTED / invalid_request_error
+└── NoNodeAvailable                        503 / UNAVAILABLE / server_error
+    └── NodeFailed (mid-stream)            502 / UNAVAILABLE / server_error
+"""
+
+from __future__ import annotations
+
+
+class GatewayError(Exception):
+    http_status = 500
+    grpc_code = "INTERNAL"
+    openai_type = "server_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__
+
+
+class BadRequest(GatewayError):
+    http_status = 400
+    grpc_code = "INVALID_ARGUMENT"
+    openai_type = "invalid_request_error"
+
+
+class Unauthenticated(GatewayError):
+    http_status = 401
+    grpc_code = "UNAUTHENTICATED"
+    openai_type = "authentication_error"
+
+
+class PermissionDenied(GatewayError):
+    http_status = 403
+    grpc_code = "PERMISSION_DENIED"
+    openai_type = "permission_error"
+
+
+class ModelNotFound(GatewayError):
+    http_status = 404
+    grpc_code = "NOT_FOUND"
+    openai_type = "invalid_request_error"
+
+
+class BodyTooLarge(GatewayError):
+    http_status = 413
+    grpc_code = "RESOURCE_EXHAUSTED"
+    openai_type = "invalid_request_error"
+
+
+class BodyTimeout(GatewayError):
+    http_status = 408
+    grpc_code = "DEADLINE_EXCEEDED"
+    openai_type = "invalid_request_error"
+
+
+class NotServed(GatewayError):
+    http_status = 403
+    grpc_code = "UNIMPLEMENTED"
+    openai_type = "invalid_request_error"
+
+
+class NoNodeAvailable(GatewayError):
+    http_status = 503
+    grpc_code = "UNAVAILABLE"
+    openai_type = "server_error"
+
+
+class NodeFailed(NoNodeAvailable):
+    http_status = 502

@@ -1,0 +1,327 @@
+"""Triton's (KServe v2) gRPC protocol at the gateway: ``ModelStreamInfer`` with the stock vLLM
+backend's tensors, model ready/metadata/config and server health, so ``tritonclient`` works
+unchanged. Repository, shared-memory, trace, logging and statistics RPCs are not served."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc as pbg
+
+from gateway.auth import RESERVED_PARAMETERS, bearer_key, priority_for
+from gateway.backend_parameters import BACKEND_PRIORITY, PRIORITY_NAMES
+from gateway.errors import BadRequest, GatewayError, NoNodeAvailable, NotServed
+from gateway.kserve_http import SERVER_NAME
+from gateway.routing.table import Endpoint, Route, Tenant
+from gateway.service import Gateway
+from gateway.upstream_http import ATTEMPTS, node_unavailable
+
+log = logging.getLogger("gateway.grpc")
+PROTOCOL = "kserve_grpc"
+EMPTY_FINAL = "triton_enable_empty_final_response"
+FINAL = "triton_final_response"
+# A BYTES tensor element on the wire: a 4-byte length, then the bytes.
+BYTES_PREFIX = 4
+NOT_SERVED = ("ModelStatistics", "RepositoryIndex", "RepositoryModelLoad",
+              "RepositoryModelUnload", "SystemSharedMemoryStatus", "SystemSharedMemoryRegister",
+              "SystemSharedMemoryUnregister", "CudaSharedMemoryStatus",
+              "CudaSharedMemoryRegister", "CudaSharedMemoryUnregister", "TraceSetting",
+              "LogSettings")
+
+
+def _parameter_value(parameter: Any) -> Any:
+    kind = parameter.WhichOneof("parameter_choice")
+    return None if kind is None else getattr(parameter, kind)
+
+
+def prepare_request(gateway: Gateway, route: Route, tenant: Tenant,
+                    request: pb.ModelInferRequest) -> pb.ModelInferRequest:
+    """The request the node gets: priority as the tenant may have it, under the name the backend
+    sees (Triton consumes gRPC's ``priority`` itself), and the gateway's tenant parameters."""
+    reserved = RESERVED_PARAMETERS & set(request.parameters.keys())
+    if reserved:
+        raise BadRequest(f"parameters {', '.join(sorted(reserved))} are set by the gateway, "
+                         "not by clients; remove them")
+    values = {}
+    for name in PRIORITY_NAMES:
+        if name in request.parameters:
+            value = _parameter_value(request.parameters[name])
+            if isinstance(value, str):
+                if not value.strip().isdigit():
+                    raise BadRequest(f"parameter {name} must be an integer level, got {value!r}")
+                value = int(value)
+            if value:
+                values[name] = int(value)
+    if len(set(values.values())) > 1:
+        raise BadRequest(f"priority and priority_level disagree ({values}); send one")
+    level = priority_for(tenant, next(iter(values.values()), None))
+    prompt_bytes = 0
+    for index, tensor in enumerate(request.inputs):
+        if tensor.name == "text_input":
+            if index < len(request.raw_input_contents):
+                prompt_bytes = max(0, len(request.raw_input_contents[index]) - BYTES_PREFIX)
+            else:
+                prompt_bytes = sum(len(item) for item in tensor.contents.bytes_contents)
+    gateway.check_prompt_bytes(route, prompt_bytes, "text_input")
+    prepared = pb.ModelInferRequest()
+    prepared.CopyFrom(request)
+    for name in PRIORITY_NAMES:
+        if name in prepared.parameters:
+            del prepared.parameters[name]
+    if level is not None:
+        prepared.parameters[BACKEND_PRIORITY].int64_param = level
+    if gateway.gateway_secret is not None:
+        prepared.parameters["tenant"].string_param = tenant.name
+        prepared.parameters["gateway_secret"].string_param = gateway.gateway_secret
+    # Always asked of the node, so the gateway knows when each request is done.
+    prepared.parameters[EMPTY_FINAL].bool_param = True
+    return prepared
+
+
+def error_response(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
+    return pb.ModelStreamInferResponse(
+        error_message=message,
+        infer_response=pb.ModelInferResponse(id=request.id, model_name=request.model_name))
+
+
+class _NodeRefused(Exception):
+    pass
+
+
+class InferenceService(pbg.GRPCInferenceServiceServicer):
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def stub(self, endpoint: Endpoint) -> pbg.GRPCInferenceServiceStub:
+        channel = self._channels.get(endpoint.grpc_url)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(endpoint.grpc_url, options=[
+                ("grpc.max_send_message_length", self.gateway.settings.max_body_bytes),
+                ("grpc.max_receive_message_length", -1)])
+            self._channels[endpoint.grpc_url] = channel
+        return pbg.GRPCInferenceServiceStub(channel)
+
+    def _tenant(self, context: grpc.aio.ServicerContext) -> Tenant:
+        metadata = {key: value for key, value in context.invocation_metadata() or ()}
+        return self.gateway.caller(bearer_key(metadata.get("authorization")))
+
+    @staticmethod
+    async def _abort(context: grpc.aio.ServicerContext, error: GatewayError) -> None:
+        await context.abort(grpc.StatusCode[error.grpc_code], error.message)
+
+    async def ServerLive(self, request: Any, context: Any) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request: Any, context: Any) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.gateway.watcher.loaded.is_set())
+
+    async def ServerMetadata(self, request: Any, context: Any) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(name=SERVER_NAME, version="1")
+
+    async def _forward(self, context: Any, name: str, call: Any) -> Any:
+        """A metadata RPC answered by one node serving ``name`` (another if the first is down)."""
+        try:
+            route = self.gateway.route_for(self._tenant(context), name)
+            tried: frozenset[str] = frozenset()
+            for _ in range(ATTEMPTS):
+                endpoint = self.gateway.pick(route, tried)
+                tried |= {endpoint.http_url}
+                try:
+                    return await call(self.stub(endpoint), endpoint.triton_model)
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                        await context.abort(exc.code(), exc.details() or "")
+                    self.gateway.node_failed(endpoint, f"gRPC {exc.code().name}")
+            raise NoNodeAvailable(f"model '{name}': no node answered; retry shortly")
+        except GatewayError as error:
+            await self._abort(context, error)
+
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Any
+                         ) -> pb.ModelReadyResponse:
+        try:
+            route = self.gateway.route_for(self._tenant(context), request.name)
+        except NoNodeAvailable:
+            return pb.ModelReadyResponse(ready=False)
+        except GatewayError as error:
+            await self._abort(context, error)
+        if not route.endpoints:
+            return pb.ModelReadyResponse(ready=False)
+        return await self._forward(context, request.name, lambda stub, name: stub.ModelReady(
+            pb.ModelReadyRequest(name=name, version=request.version), timeout=10))
+
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any
+                            ) -> pb.ModelMetadataResponse:
+        return await self._forward(context, request.name, lambda stub, name: stub.ModelMetadata(
+            pb.ModelMetadataRequest(name=name, version=request.version), timeout=10))
+
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any
+                          ) -> pb.ModelConfigResponse:
+        return await self._forward(context, request.name, lambda stub, name: stub.ModelConfig(
+            pb.ModelConfigRequest(name=name, version=request.version), timeout=10))
+
+    async def ModelInfer(self, request: Any, context: Any) -> Any:
+        await self._abort(context, NotServed(
+            "ModelInfer is not served: the LLM models are decoupled; use ModelStreamInfer "
+            "(tritonclient: start_stream + async_stream_infer)"))
+
+    async def ModelStreamInfer(self, request_iterator: AsyncIterator[pb.ModelInferRequest],
+                               context: Any) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        try:
+            tenant = self._tenant(context)
+        except GatewayError as error:
+            await self._abort(context, error)
+            return
+        out: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        tasks: set[asyncio.Task[None]] = set()
+        reading_done = asyncio.Event()
+
+        async def read_requests() -> None:
+            try:
+                async for request in request_iterator:
+                    task = asyncio.create_task(self._one(request, tenant, out))
+                    tasks.add(task)
+                    task.add_done_callback(lambda t: (tasks.discard(t), out.put_nowait(None)))
+            finally:
+                reading_done.set()
+                out.put_nowait(None)
+
+        reader = asyncio.create_task(read_requests())
+        try:
+            while True:
+                response = await out.get()
+                if response is not None:
+                    yield response
+                elif reading_done.is_set() and not tasks and out.empty():
+                    break
+        finally:
+            reader.cancel()
+            for task in list(tasks):
+                task.cancel()
+
+    async def _one(self, request: pb.ModelInferRequest, tenant: Tenant,
+                   out: asyncio.Queue[pb.ModelStreamInferResponse | None]) -> None:
+        """One request of a client's stream, on its own call to a node, so a retry or a
+        failure touches no other request."""
+        gateway = self.gateway
+        received = time.monotonic()
+        wants_empty_final = (EMPTY_FINAL in request.parameters
+                             and request.parameters[EMPTY_FINAL].bool_param)
+        try:
+            route = gateway.route_for(tenant, request.model_name)
+            prepared = prepare_request(gateway, route, tenant, request)
+        except GatewayError as error:
+            await out.put(error_response(request, error.message))
+            return
+        tried: frozenset[str] = frozenset()
+        errors: list[str] = []
+        outcome = "failed"
+        try:
+            for attempt in range(ATTEMPTS):
+                try:
+                    endpoint = gateway.pick(route, tried)
+                except NoNodeAvailable as error:
+                    errors.append(error.message)
+                    break
+                tried |= {endpoint.http_url}
+                if attempt:
+                    gateway.metrics.retries.labels(PROTOCOL, route.name).inc()
+                prepared.model_name = endpoint.triton_model
+                answered = await self._on_node(endpoint, route, request, prepared,
+                                               wants_empty_final, out, received, errors)
+                if answered is not None:
+                    outcome = answered
+                    return
+            await out.put(error_response(request, (
+                f"model '{route.name}' failed on every node tried before its first response "
+                f"({'; '.join(errors)}); retry shortly")))
+        finally:
+            gateway.metrics.requests.labels(PROTOCOL, route.name, tenant.name, outcome).inc()
+
+    async def _on_node(self, endpoint: Endpoint, route: Route, request: pb.ModelInferRequest,
+                       prepared: pb.ModelInferRequest, wants_empty_final: bool,
+                       out: asyncio.Queue[pb.ModelStreamInferResponse | None], received: float,
+                       errors: list[str]) -> str | None:
+        """The outcome once the node answered; None when it failed before its first response
+        (the caller may retry elsewhere)."""
+        gateway = self.gateway
+        gateway.balancer.started(endpoint)
+        call = self.stub(endpoint).ModelStreamInfer()
+        answered = finished = False
+        tokens = gateway.metrics.output_tokens.labels(PROTOCOL, route.name, "")
+        try:
+            await call.write(prepared)
+            while not finished:
+                timeout = None if answered else gateway.settings.first_response_timeout_seconds
+                response = await asyncio.wait_for(call.read(), timeout)
+                if response is grpc.aio.EOF:
+                    raise _NodeRefused("the node ended the stream before the final response")
+                message = response.error_message
+                if not answered and message and node_unavailable(400, message):
+                    raise _NodeRefused(message)
+                if not answered:
+                    gateway.metrics.ttft.labels(PROTOCOL, route.name).observe(
+                        time.monotonic() - received)
+                answered = True
+                infer = response.infer_response
+                finished = bool(message) or infer.parameters[FINAL].bool_param
+                response.infer_response.model_name = request.model_name
+                if infer.outputs:
+                    tokens.inc()
+                if message or infer.outputs or wants_empty_final or not finished:
+                    await out.put(response)
+            await call.done_writing()
+            # Read to the end rather than cancel: a cancel right after the final response keeps
+            # r24.10 from unloading the model later (README, design notes).
+            await call.code()
+            return "ok"
+        except TimeoutError:
+            call.cancel()
+            await out.put(error_response(request, (
+                f"no response from {route.name} within "
+                f"{gateway.settings.first_response_timeout_seconds:.0f} s (queued on node "
+                f"{endpoint.node}); retry later or with a more urgent priority")))
+            return "timeout"
+        except (grpc.aio.AioRpcError, _NodeRefused) as exc:
+            call.cancel()
+            detail = (f"gRPC {exc.code().name}: {exc.details()}"
+                      if isinstance(exc, grpc.aio.AioRpcError) else str(exc))
+            if answered:
+                await out.put(error_response(request, (
+                    f"the node serving this request ({endpoint.node}) failed mid-stream "
+                    f"({detail}); the output so far is incomplete: retry the request")))
+                gateway.node_failed(endpoint, detail)
+                return "failed"
+            gateway.node_failed(endpoint, detail)
+            errors.append(f"{endpoint.node}: {detail}")
+            return None
+        except asyncio.CancelledError:
+            if not finished:
+                call.cancel()
+            raise
+        finally:
+            gateway.balancer.finished(endpoint)
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+
+
+def _not_served(name: str) -> Any:
+    async def refuse(self: InferenceService, request: Any, context: Any) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, (
+            f"{name} is not served by the inference gateway: repository, shared-memory, trace, "
+            "logging and statistics RPCs stay inside; operators use the control plane's admin "
+            "API"))
+    refuse.__name__ = name
+    return refuse
+
+
+for _name in NOT_SERVED:
+    setattr(InferenceService, _name, _not_served(_name))

@@ -1,0 +1,41 @@
+"""The gateway's HTTP side: KServe v2 and OpenAI routes, the body limit in front of both, the
+gateway's own health and metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gateway import kserve_http, openai_api
+from gateway.errors import GatewayError
+from gateway.limits import BodyLimit, error_document
+from gateway.service import Gateway
+from gateway.upstream_http import HttpUpstream
+
+
+def create_app(gateway: Gateway, upstream: HttpUpstream) -> Any:
+    app = FastAPI(title="LLM inference gateway", docs_url=None, redoc_url=None,
+                  openapi_url=None)
+
+    @app.exception_handler(GatewayError)
+    async def gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
+        return JSONResponse(error_document(request.url.path, exc), status_code=exc.http_status)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, object]:
+        return gateway.health()
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        age = gateway.health()["routing"]["seconds_since_confirmed"]  # type: ignore[index]
+        gateway.metrics.routing_revision_age.set(-1 if age is None else age)
+        gateway.metrics.control_plane_reachable.set(1 if gateway.watcher.status.reachable else 0)
+        return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    app.include_router(openai_api.build_router(gateway, upstream))
+    app.include_router(kserve_http.build_router(gateway, upstream))
+    return BodyLimit(app, gateway.settings.max_body_bytes, gateway.settings.body_timeout_seconds,
+                     gateway.metrics)

@@ -1,0 +1,155 @@
+"""Triton's (KServe v2) HTTP protocol at the gateway: generate, generate_stream, health, model
+ready, metadata and config. Admin endpoints are not served: operators use the control plane."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from gateway.auth import bearer_key
+from gateway.backend_parameters import for_backend
+from gateway.errors import BadRequest, NotServed
+from gateway.routing.table import Route, Tenant
+from gateway.service import Gateway
+from gateway.upstream_http import HttpUpstream
+
+SERVER_NAME = "llm-gateway"
+PROTOCOL = "kserve_http"
+
+
+def parse_json_body(body: bytes) -> dict[str, Any]:
+    try:
+        document = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"the request body is not valid JSON ({exc})") from None
+    if not isinstance(document, dict):
+        raise BadRequest(f"the request body must be a JSON object, got {type(document).__name__}")
+    return document
+
+
+def prompt_bytes(text_input: Any) -> int:
+    if isinstance(text_input, str):
+        return len(text_input.encode())
+    if isinstance(text_input, list) and all(isinstance(item, str) for item in text_input):
+        return sum(len(item.encode()) for item in text_input)
+    raise BadRequest("text_input must be a string")
+
+
+def generate_body(gateway: Gateway, route: Route, tenant: Tenant, document: dict[str, Any]
+                  ) -> bytes:
+    """The body the node gets: the client's, with checked prompt size and gateway parameters."""
+    if "text_input" not in document:
+        raise BadRequest("text_input is required (the prompt, a string)")
+    gateway.check_prompt_bytes(route, prompt_bytes(document["text_input"]), "text_input")
+    parameters = document.get("parameters", {})
+    if not isinstance(parameters, dict):
+        raise BadRequest("parameters must be a JSON object")
+    document = {**document, "parameters": for_backend(parameters, tenant,
+                                                      gateway.gateway_secret)}
+    return json.dumps(document).encode()
+
+
+def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
+    router = APIRouter()
+
+    def caller(request: Request) -> Tenant:
+        return gateway.caller(bearer_key(request.headers.get("authorization")))
+
+    @router.get("/v2/health/live")
+    async def live() -> Response:
+        return Response(status_code=200)
+
+    @router.get("/v2/health/ready")
+    async def ready() -> Response:
+        return Response(status_code=200 if gateway.watcher.loaded.is_set() else 503)
+
+    @router.get("/v2")
+    async def server_metadata() -> dict[str, Any]:
+        return {"name": SERVER_NAME, "version": "1", "extensions": []}
+
+    async def forward_get(request: Request, model: str, suffix: str) -> Response:
+        route = gateway.route_for(caller(request), model)
+        answer = await upstream.get(route, suffix)
+        return Response(answer.content, status_code=answer.status_code,
+                        media_type=answer.headers.get("content-type"))
+
+    @router.get("/v2/models/{model}/ready")
+    async def model_ready(request: Request, model: str) -> Response:
+        return await forward_get(request, model, "/ready")
+
+    @router.get("/v2/models/{model}/versions/{version}/ready")
+    async def version_ready(request: Request, model: str, version: str) -> Response:
+        return await forward_get(request, model, f"/versions/{version}/ready")
+
+    @router.get("/v2/models/{model}")
+    async def model_metadata(request: Request, model: str) -> Response:
+        return await forward_get(request, model, "")
+
+    @router.get("/v2/models/{model}/config")
+    async def model_config(request: Request, model: str) -> Response:
+        return await forward_get(request, model, "/config")
+
+    async def generate(request: Request, model: str, path: str) -> Response:
+        received = time.monotonic()
+        tenant = caller(request)
+        route = gateway.route_for(tenant, model)
+        body = generate_body(gateway, route, tenant, parse_json_body(await request.body()))
+        answer = await upstream.open(route, PROTOCOL, path, body)
+        outcome = "ok" if answer.status == 200 else f"error_{answer.status}"
+        gateway.metrics.requests.labels(PROTOCOL, route.name, tenant.name, outcome).inc()
+        if answer.status != 200 or not path.endswith("generate_stream"):
+            try:
+                content = answer.first + b"".join([chunk async for chunk in answer.rest()])
+            finally:
+                await upstream.close(answer)
+            if answer.status == 200:
+                gateway.metrics.ttft.labels(PROTOCOL, route.name).observe(
+                    time.monotonic() - received)
+            return Response(content, status_code=answer.status, media_type="application/json")
+        gateway.metrics.ttft.labels(PROTOCOL, route.name).observe(time.monotonic() - received)
+
+        async def events() -> Any:
+            tokens = gateway.metrics.output_tokens.labels(PROTOCOL, route.name, tenant.name)
+            try:
+                tokens.inc(answer.first.count(b"data: "))
+                yield answer.first
+                async for chunk in answer.rest():
+                    tokens.inc(chunk.count(b"data: "))
+                    yield chunk
+            finally:
+                await upstream.close(answer)
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    @router.post("/v2/models/{model}/generate")
+    async def generate_once(request: Request, model: str) -> Response:
+        return await generate(request, model, "generate")
+
+    @router.post("/v2/models/{model}/generate_stream")
+    async def generate_stream(request: Request, model: str) -> Response:
+        return await generate(request, model, "generate_stream")
+
+    @router.post("/v2/models/{model}/versions/{version}/generate")
+    async def version_generate(request: Request, model: str, version: str) -> Response:
+        return await generate(request, model, f"versions/{version}/generate")
+
+    @router.post("/v2/models/{model}/versions/{version}/generate_stream")
+    async def version_generate_stream(request: Request, model: str, version: str) -> Response:
+        return await generate(request, model, f"versions/{version}/generate_stream")
+
+    @router.post("/v2/models/{model}/infer")
+    async def infer(model: str) -> Response:
+        raise NotServed(f"POST /v2/models/{model}/infer is not served: the LLM models are "
+                        "decoupled; use /generate, /generate_stream or gRPC ModelStreamInfer")
+
+    @router.api_route("/v2/{rest:path}", methods=["GET", "POST", "PUT", "DELETE"])
+    async def admin(rest: str) -> JSONResponse:
+        raise NotServed(f"/v2/{rest} is not served by the inference gateway: repository, "
+                        "shared-memory, trace, logging and statistics endpoints stay inside; "
+                        "operators use the control plane's admin API")
+
+    return router

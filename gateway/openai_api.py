@@ -1,0 +1,200 @@
+"""OpenAI-compatible routes: ``GET /v1/models``, ``POST /v1/completions`` and
+``POST /v1/chat/completions``, streaming (SSE, ``data: [DONE]``) and not."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from gateway.auth import bearer_key, parse_priority
+from gateway.backend_parameters import for_backend
+from gateway.errors import BadRequest, GatewayError, NodeFailed
+from gateway.kserve_http import parse_json_body
+from gateway.openai_translate import (
+    OpenAIRequest,
+    backend_event,
+    final_response,
+    parse_chat,
+    parse_completion,
+    sse_events,
+    stream_chunk,
+    usage_chunk,
+)
+from gateway.routing.table import Route, Tenant
+from gateway.service import Gateway
+from gateway.upstream_http import HttpUpstream, Upstream
+
+PROTOCOL = "openai"
+PRIORITY_HEADER = "x-priority"
+
+
+class BackendRefused(GatewayError):
+    """The backend answered the request with an error (its message says why)."""
+
+    http_status = 400
+    openai_type = "invalid_request_error"
+
+
+def _backend_error(status: int, body: bytes) -> GatewayError:
+    # generate_stream answers an error before the stream as one SSE event.
+    text = body.decode(errors="replace").strip().removeprefix("data:").strip()
+    try:
+        message = json.loads(text).get("error") or text
+    except (json.JSONDecodeError, AttributeError):
+        message = text
+    error = BackendRefused(str(message))
+    error.http_status = status if 400 <= status < 500 else 502
+    if error.http_status >= 500:
+        error.openai_type = "server_error"
+    return error
+
+
+async def _events(upstream: Upstream) -> AsyncIterator[dict[str, Any]]:
+    buffer = bytearray()
+    for event in sse_events(buffer, upstream.first):
+        yield event
+    async for chunk in upstream.rest():
+        for event in sse_events(buffer, chunk):
+            yield event
+
+
+def _sse(document: dict[str, Any] | str) -> bytes:
+    text = document if isinstance(document, str) else json.dumps(document)
+    return f"data: {text}\n\n".encode()
+
+
+def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
+    router = APIRouter(prefix="/v1")
+
+    def caller(request: Request) -> Tenant:
+        return gateway.caller(bearer_key(request.headers.get("authorization")))
+
+    @router.get("/models")
+    async def models(request: Request) -> dict[str, Any]:
+        tenant = caller(request)
+        return {"object": "list", "data": [
+            {"id": route.name, "object": "model", "created": 0, "owned_by": route.model}
+            for route in sorted(gateway.table.routes.values(), key=lambda r: r.name)
+            if tenant.may_use(route)]}
+
+    async def open_choices(route: Route, oa: OpenAIRequest, parameters: dict[str, Any]
+                           ) -> list[Upstream]:
+        opened = await asyncio.gather(*(
+            upstream.open(route, PROTOCOL, "generate_stream",
+                          json.dumps(oa.backend_body(index, parameters)).encode())
+            for index in range(oa.n)), return_exceptions=True)
+        answers = [a for a in opened if isinstance(a, Upstream)]
+        failure = next((a for a in opened if isinstance(a, BaseException)), None)
+        refused = next((a for a in answers if a.status != 200), None)
+        if failure is not None or refused is not None:
+            for answer in answers:
+                await upstream.close(answer)
+            if failure is not None:
+                raise failure
+            assert refused is not None
+            raise _backend_error(refused.status, refused.first)
+        return answers
+
+    async def complete(request: Request, parse: Callable[[dict[str, Any]], OpenAIRequest],
+                       prompt_field: str) -> Response:
+        received = time.monotonic()
+        tenant = caller(request)
+        oa = parse(parse_json_body(await request.body()))
+        route = gateway.route_for(tenant, oa.model)
+        gateway.check_prompt_bytes(route, len(oa.text_input.encode()), prompt_field)
+        header = parse_priority(request.headers.get(PRIORITY_HEADER), "the X-Priority header")
+        if header is not None and oa.priority is not None and header != oa.priority:
+            raise BadRequest(f"priority {oa.priority} and X-Priority {header} disagree; send one")
+        requested = oa.priority if oa.priority is not None else header
+        parameters = for_backend(oa.parameters, tenant, gateway.gateway_secret, requested)
+        answers = await open_choices(route, oa, parameters)
+        gateway.metrics.ttft.labels(PROTOCOL, route.name).observe(time.monotonic() - received)
+        tokens = gateway.metrics.output_tokens.labels(PROTOCOL, route.name, tenant.name)
+        outcomes = gateway.metrics.requests
+
+        if not oa.stream:
+            texts, reasons = [""] * oa.n, [None] * oa.n
+            prompt_tokens, completion_tokens = 0, 0
+            try:
+                for index, answer in enumerate(answers):
+                    async for document in _events(answer):
+                        if "error" in document:
+                            raise NodeFailed(str(document["error"]))
+                        event = backend_event(document)
+                        texts[index] += event.text
+                        reasons[index] = event.finish_reason or reasons[index]
+                        prompt_tokens = event.input_tokens or prompt_tokens
+                        completion_tokens += event.output_tokens
+            except GatewayError:
+                outcomes.labels(PROTOCOL, route.name, tenant.name, "failed").inc()
+                raise
+            finally:
+                for answer in answers:
+                    await upstream.close(answer)
+            tokens.inc(completion_tokens)
+            outcomes.labels(PROTOCOL, route.name, tenant.name, "ok").inc()
+            return JSONResponse(final_response(oa, texts, reasons, prompt_tokens,
+                                               completion_tokens))
+
+        async def stream() -> AsyncIterator[bytes]:
+            queue: asyncio.Queue[tuple[int, dict[str, Any] | None]] = asyncio.Queue()
+
+            async def pump(index: int, answer: Upstream) -> None:
+                try:
+                    async for document in _events(answer):
+                        await queue.put((index, document))
+                finally:
+                    await queue.put((index, None))
+
+            tasks = [asyncio.create_task(pump(i, a)) for i, a in enumerate(answers)]
+            open_streams, started = len(answers), set()
+            prompt_tokens, completion_tokens, outcome = 0, 0, "ok"
+            try:
+                while open_streams:
+                    index, document = await queue.get()
+                    if document is None:
+                        open_streams -= 1
+                        continue
+                    if "error" in document:
+                        outcome = "failed"
+                        yield _sse({"error": {"message": str(document["error"]),
+                                              "type": "server_error", "param": None,
+                                              "code": "NodeFailed"}})
+                        break
+                    event = backend_event(document)
+                    prompt_tokens = event.input_tokens or prompt_tokens
+                    completion_tokens += event.output_tokens
+                    tokens.inc(event.output_tokens)
+                    first = index not in started
+                    started.add(index)
+                    if event.text or first:
+                        yield _sse(stream_chunk(oa, index, event.text, None, first=first))
+                    if event.finish_reason:
+                        yield _sse(stream_chunk(oa, index, None, event.finish_reason))
+                if oa.include_usage and outcome == "ok":
+                    yield _sse(usage_chunk(oa, prompt_tokens, completion_tokens))
+                yield _sse("[DONE]")
+            finally:
+                for task in tasks:
+                    task.cancel()
+                for answer in answers:
+                    await upstream.close(answer)
+                outcomes.labels(PROTOCOL, route.name, tenant.name, outcome).inc()
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    @router.post("/completions")
+    async def completions(request: Request) -> Response:
+        return await complete(request, parse_completion, "prompt")
+
+    @router.post("/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await complete(request, parse_chat, "messages")
+
+    return router

@@ -1,0 +1,227 @@
+"""OpenAI's completions and chat completions, translated to and from the backend's generate
+request and its streamed events. Pure: no web framework, no I/O."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.errors import BadRequest
+
+# OpenAI leaves max_tokens open for chat; the engine's own default would be 16 tokens.
+CHAT_DEFAULT_MAX_TOKENS = 256
+COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's documented default for /v1/completions
+MAX_CHOICES = 16
+
+# Sampling fields passed to the backend as they are.
+SAMPLING = ("temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty")
+COMMON = frozenset({"model", "stream", "stream_options", "n", "max_tokens", "user", "priority",
+                    *SAMPLING})
+# Accepted only at their neutral value: anything else needs what the backend does not do yet.
+NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False),
+    "best_of": (None, 1), "suffix": (None, ""), "logit_bias": (None, {}), "tools": (None, []),
+    "tool_choice": (None, "none"), "functions": (None, []), "parallel_tool_calls": (None,),
+    "response_format": (None, {"type": "text"}),
+}
+COMPLETION_FIELDS = COMMON | {"prompt"} | NEUTRAL.keys()
+CHAT_FIELDS = COMMON | {"messages", "max_completion_tokens"} | NEUTRAL.keys()
+FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "stop"}
+
+
+@dataclass(frozen=True)
+class OpenAIRequest:
+    """One validated request: what to send the backend, and how to answer."""
+
+    chat: bool
+    model: str
+    text_input: str
+    parameters: dict[str, Any]
+    n: int
+    stream: bool
+    include_usage: bool
+    priority: int | None
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:24])
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def response_id(self) -> str:
+        return f"{'chatcmpl' if self.chat else 'cmpl'}-{self.id}"
+
+    def backend_body(self, index: int, parameters: dict[str, Any]) -> dict[str, Any]:
+        """The generate_stream body for choice ``index`` (each choice is its own request, so
+        the backend's per-sequence outputs stay simple; a seed moves by the choice's index)."""
+        own = dict(parameters)
+        if index and own.get("seed") is not None:
+            own["seed"] = own["seed"] + index
+        return {"text_input": self.text_input, "stream": True, "exclude_input_in_output": True,
+                "return_finish_reason": True, "return_num_input_tokens": True,
+                "return_num_output_tokens": True, "parameters": own}
+
+
+def _check_fields(body: dict[str, Any], allowed: frozenset[str], endpoint: str) -> None:
+    unknown = sorted(body.keys() - allowed)
+    if unknown:
+        raise BadRequest(f"{endpoint} does not take {', '.join(unknown)} (accepted: "
+                         f"{', '.join(sorted(allowed))})")
+    for name, neutral in NEUTRAL.items():
+        if name in body and body[name] not in neutral:
+            raise BadRequest(f"{name}={json.dumps(body[name])} is not supported by this backend "
+                             "yet; leave it out")
+
+
+def _int(body: dict[str, Any], name: str, default: int | None, low: int) -> int | None:
+    value = body.get(name, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise BadRequest(f"{name} must be an integer of at least {low}, got {json.dumps(value)}")
+    return value
+
+
+def _common(body: dict[str, Any], chat: bool) -> dict[str, Any]:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("model is required (a name from GET /v1/models)")
+    n = _int(body, "n", 1, 1)
+    assert n is not None
+    if n > MAX_CHOICES:
+        raise BadRequest(f"n must be at most {MAX_CHOICES}, got {n}")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise BadRequest("stream must be true or false")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict) or options.keys() - {"include_usage"}:
+        raise BadRequest("stream_options takes only include_usage")
+    if options and not stream:
+        raise BadRequest("stream_options is only allowed with stream: true")
+    default_max = CHAT_DEFAULT_MAX_TOKENS if chat else COMPLETION_DEFAULT_MAX_TOKENS
+    max_tokens = _int(body, "max_completion_tokens" if chat and "max_completion_tokens" in body
+                      else "max_tokens", default_max, 1)
+    parameters: dict[str, Any] = {key: body[key] for key in SAMPLING if body.get(key) is not None}
+    parameters["max_tokens"] = max_tokens
+    priority = body.get("priority")
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        raise BadRequest(f"priority must be an integer level (1 is the most urgent), got "
+                         f"{json.dumps(priority)}")
+    return {"model": model, "n": n, "stream": stream,
+            "include_usage": bool(options.get("include_usage")), "parameters": parameters,
+            "priority": priority}
+
+
+def parse_completion(body: dict[str, Any]) -> OpenAIRequest:
+    _check_fields(body, COMPLETION_FIELDS, "/v1/completions")
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise BadRequest("prompt must be a string (one prompt per request; token arrays are "
+                         "not supported)")
+    return OpenAIRequest(chat=False, text_input=prompt, **_common(body, chat=False))
+
+
+def parse_chat(body: dict[str, Any]) -> OpenAIRequest:
+    _check_fields(body, CHAT_FIELDS, "/v1/chat/completions")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages must be a non-empty list of {role, content}")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or "role" not in message or "content" not in message:
+            raise BadRequest(f"messages[{index}] must be an object with role and content")
+    common = _common(body, chat=True)
+    common["parameters"]["input_format"] = "chat"
+    # The backend renders the messages with the model's own chat template.
+    return OpenAIRequest(chat=True, text_input=json.dumps(messages), **common)
+
+
+@dataclass
+class BackendEvent:
+    text: str
+    finish_reason: str | None
+    input_tokens: int
+    output_tokens: int
+
+
+def _first(value: Any, default: Any) -> Any:
+    if isinstance(value, list):
+        return value[0] if value else default
+    return default if value is None else value
+
+
+def backend_event(document: dict[str, Any]) -> BackendEvent:
+    """One event of the backend's generate_stream (shape-[1] tensors arrive as scalars)."""
+    reason = _first(document.get("finish_reason"), "") or None
+    return BackendEvent(text=_first(document.get("text_output"), ""),
+                        finish_reason=FINISH_REASONS.get(reason, reason) if reason else None,
+                        input_tokens=int(_first(document.get("num_input_tokens"), 0)),
+                        output_tokens=int(_first(document.get("num_output_tokens"), 0)))
+
+
+def sse_events(buffer: bytearray, chunk: bytes) -> Iterator[dict[str, Any]]:
+    """Complete ``data:`` events in ``buffer`` after adding ``chunk``; keeps the partial rest."""
+    buffer.extend(chunk)
+    while True:
+        end = buffer.find(b"\n\n")
+        if end < 0:
+            return
+        event = bytes(buffer[:end])
+        del buffer[: end + 2]
+        for line in event.splitlines():
+            if line.startswith(b"data: "):
+                yield json.loads(line[len(b"data: "):])
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def stream_chunk(request: OpenAIRequest, index: int, text: str | None,
+                 finish_reason: str | None, first: bool = False) -> dict[str, Any]:
+    if request.chat:
+        delta: dict[str, Any] = {}
+        if first:
+            delta["role"] = "assistant"
+        if text is not None:
+            delta["content"] = text
+        choice: dict[str, Any] = {"index": index, "delta": delta, "logprobs": None,
+                                  "finish_reason": finish_reason}
+        kind = "chat.completion.chunk"
+    else:
+        choice = {"index": index, "text": text or "", "logprobs": None,
+                  "finish_reason": finish_reason}
+        kind = "text_completion"
+    chunk: dict[str, Any] = {"id": request.response_id, "object": kind,
+                             "created": request.created, "model": request.model,
+                             "choices": [choice]}
+    if request.include_usage:
+        chunk["usage"] = None
+    return chunk
+
+
+def usage_chunk(request: OpenAIRequest, prompt_tokens: int, completion_tokens: int
+                ) -> dict[str, Any]:
+    return {"id": request.response_id,
+            "object": "chat.completion.chunk" if request.chat else "text_completion",
+            "created": request.created, "model": request.model, "choices": [],
+            "usage": usage(prompt_tokens, completion_tokens)}
+
+
+def final_response(request: OpenAIRequest, texts: list[str], reasons: list[str | None],
+                   prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    choices: list[dict[str, Any]] = []
+    for index, (text, reason) in enumerate(zip(texts, reasons, strict=True)):
+        if request.chat:
+            choices.append({"index": index, "message": {"role": "assistant", "content": text},
+                            "logprobs": None, "finish_reason": reason or "stop"})
+        else:
+            choices.append({"index": index, "text": text, "logprobs": None,
+                            "finish_reason": reason or "stop"})
+    return {"id": request.response_id,
+            "object": "chat.completion" if request.chat else "text_completion",
+            "created": request.created, "model": request.model, "choices": choices,
+            "usage": usage(prompt_tokens, completion_tokens)}

@@ -1,0 +1,110 @@
+"""The gateway's shared state and decisions: who is calling, which route, which node, and whether
+a prompt can fit at all. The protocol modules (KServe HTTP, gRPC, OpenAI) translate; this decides."""
+
+from __future__ import annotations
+
+import difflib
+import time
+
+from gateway.auth import authenticate, authorize
+from gateway.errors import BadRequest, ModelNotFound, NoNodeAvailable
+from gateway.metrics import GatewayMetrics
+from gateway.routing.balancer import Balancer
+from gateway.routing.monitor import NodeMonitor
+from gateway.routing.table import Endpoint, Route, RoutingTable, Tenant
+from gateway.routing.watcher import RoutingWatcher
+from gateway.settings import GatewaySettings
+
+
+class Gateway:
+    def __init__(self, settings: GatewaySettings) -> None:
+        self.settings = settings
+        self.metrics = GatewayMetrics()
+        self.balancer = Balancer(settings.routing_policy, settings.ejection_base_seconds,
+                                 settings.ejection_max_seconds)
+        token = settings.control_plane_token
+        self.watcher = RoutingWatcher(settings.control_plane_url,
+                                      token.get_secret_value() if token else None,
+                                      settings.routing_wait_seconds, on_change=self._table_changed)
+        self.monitor = NodeMonitor(self.balancer, self.metrics, lambda: self.table,
+                                   settings.node_poll_interval_seconds)
+        secret = settings.gateway_secret
+        self.gateway_secret = secret.get_secret_value() if secret else None
+
+    @property
+    def table(self) -> RoutingTable:
+        return self.watcher.table
+
+    def _table_changed(self, table: RoutingTable) -> None:
+        self.balancer.update(table.endpoints())
+
+    def caller(self, key: str | None) -> Tenant:
+        self._require_table()
+        return authenticate(self.table, key, self.settings.anonymous_tenant)
+
+    def route_for(self, tenant: Tenant, name: str) -> Route:
+        self._require_table()
+        route = self.table.route(name)
+        if route is None:
+            usable = [r.name for r in self.table.routes.values() if tenant.may_use(r)]
+            close = difflib.get_close_matches(name, usable, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise ModelNotFound(f"model '{name}' is not served here{hint} (served: "
+                                f"{', '.join(sorted(usable)) or 'none'})")
+        authorize(tenant, route)
+        return route
+
+    def check_prompt_bytes(self, route: Route, prompt_bytes: int, field: str) -> None:
+        """Refuse a prompt whose bytes alone prove it cannot fit the context: every token covers
+        at most ``max_bytes_per_token`` bytes, so it has at least this many tokens."""
+        if route.max_model_len is None:
+            return
+        limit = route.max_model_len * self.settings.max_bytes_per_token
+        if prompt_bytes > limit:
+            self.metrics.body_refusals.labels("any", "prompt_bytes").inc()
+            raise BadRequest(
+                f"{field} is {prompt_bytes} bytes: more than {route.name}'s context of "
+                f"{route.max_model_len} tokens can hold (at most {limit} bytes); shorten it")
+
+    def pick(self, route: Route, tried: frozenset[str]) -> Endpoint:
+        endpoint = self.balancer.pick(route.endpoints, time.monotonic(), exclude=tried)
+        if endpoint is None:
+            where = "no node serves it" if not route.endpoints else "every node serving it failed"
+            raise NoNodeAvailable(f"model '{route.name}' is unavailable: {where}; retry shortly")
+        self.metrics.node_picks.labels(endpoint.node, route.name).inc()
+        return endpoint
+
+    def node_failed(self, endpoint: Endpoint, error: str) -> None:
+        self.monitor.eject(endpoint, error)
+
+    def _require_table(self) -> None:
+        if not self.watcher.loaded.is_set():
+            raise NoNodeAvailable("the gateway has not read its routing table from the control "
+                                  f"plane yet ({self.watcher.status.error or 'starting'}); "
+                                  "retry shortly")
+
+    def health(self) -> dict[str, object]:
+        status = self.watcher.status
+        age = None if status.last_success is None else time.monotonic() - status.last_success
+        now = time.monotonic()
+        return {
+            "routing": {
+                "revision": status.revision,
+                "control_plane": "reachable" if status.reachable else "unreachable",
+                # Fail static: with the control plane away, the last table keeps serving.
+                "serving_last_known_table": not status.reachable and bool(status.revision),
+                "seconds_since_confirmed": None if age is None else round(age, 1),
+                "error": status.error or None,
+            },
+            "models": {
+                route.name: [
+                    {"node": e.node, "triton_model": e.triton_model,
+                     "ejected": self.balancer.state(e).ejected(now),
+                     "verified": self.balancer.state(e).verified,
+                     "outstanding": self.balancer.state(e).outstanding,
+                     "waiting": self.balancer.state(e).waiting,
+                     "last_error": self.balancer.state(e).last_error or None}
+                    for e in route.endpoints]
+                for route in self.table.routes.values()
+            },
+        }

@@ -1,0 +1,136 @@
+"""One stack for every gateway test: a control plane process, two tritonserver nodes serving model
+``m`` (production) with the real backend, tenants with keys, and an ``llm-gateway`` process in
+front. Built once per test session (each node load costs ~30-100 s here)."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+
+from control_plane.serve import GatewayPorts, GatewayProcess
+from control_plane.triton.runtime import CACHE_DIR
+from control_plane.triton.server import TritonServer, free_port
+from llm_backend.gateway_trust import GATEWAY_SECRET_ENV
+from tests.control_plane.deployments.support import (
+    ENGINE_ARGS,
+    ControlPlane,
+    finished,
+    register,
+    running_nodes,
+    wait_until,
+)
+
+KEY_VARIABLE = "LLMCP_TEST_GATEWAY_TRITON_KEY"
+NODE_NAMES = ("gw-a", "gw-b")
+MODEL = "m"
+# The slow-client test waits this long for a body; short so the test is too.
+BODY_TIMEOUT_S = 3
+TENANTS = {
+    "acme": {"allowed_models": ["*"]},
+    "limited": {"allowed_models": [MODEL], "max_priority_level": 2},
+    "lowered": {"allowed_models": [MODEL], "max_priority_level": 2,
+                "priority_over_limit": "lower"},
+    "elsewhere": {"allowed_models": ["other"]},
+    "off": {"allowed_models": ["*"], "enabled": False},
+}
+
+
+@dataclass
+class Stack:
+    control_plane: ControlPlane
+    admin: httpx.Client
+    nodes: dict[str, TritonServer]
+    gateway: GatewayProcess
+    keys: dict[str, str]
+    version: int
+    secret: str
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def http(self) -> str:
+        return f"http://{self.gateway.http_address}"
+
+    @property
+    def grpc(self) -> str:
+        return self.gateway.grpc_address
+
+    def bearer(self, tenant: str = "acme") -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.keys[tenant]}"}
+
+    def client(self, tenant: str = "acme", timeout: float = 120) -> httpx.Client:
+        return httpx.Client(base_url=self.http, headers=self.bearer(tenant), timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    secret = secrets.token_urlsafe(24)
+    with pytest.MonkeyPatch.context() as patch:
+        # The nodes' environment (and a restarted node's): the backend trusts the tenant
+        # parameter only with this secret.
+        patch.setenv(GATEWAY_SECRET_ENV, secret)
+        key = secrets.token_urlsafe(24)
+        patch.setenv(KEY_VARIABLE, key)
+        nodes_iter = running_nodes(tmp_path_factory, NODE_NAMES, key, "test-gateway")
+        nodes = next(nodes_iter)
+        control_plane = ControlPlane(tmp_path_factory.mktemp("gateway-cp"),
+                                     log_name="test-gateway-control-plane")
+        gateway = None
+        try:
+            admin = control_plane.start()
+            for name, node in nodes.items():
+                created = admin.post("/api/v1/nodes", json={
+                    "name": name, "http_url": f"http://{node.http_url}",
+                    "grpc_url": node.grpc_url, "metrics_url": node.metrics_url,
+                    "api_key_ref": f"env:{KEY_VARIABLE}"})
+                assert created.status_code == 201, created.text
+            assert admin.post("/api/v1/models", json={"name": MODEL}).status_code == 201
+            version = register(admin, {}, ENGINE_ARGS, model=MODEL)
+            moved = admin.put(f"/api/v1/models/{MODEL}/aliases/production",
+                              json={"version": version})
+            assert moved.status_code in (200, 201), moved.text
+            started = [admin.put(f"/api/v1/models/{MODEL}/aliases/production/deployments/{n}")
+                       for n in nodes]
+            for operation in [finished(admin, {}, response) for response in started]:
+                assert operation["status"] == "succeeded", operation
+            keys = {}
+            for name, body in TENANTS.items():
+                created = admin.post("/api/v1/tenants", json={"name": name, **body})
+                assert created.status_code == 201, created.text
+                issued = admin.post(f"/api/v1/tenants/{name}/keys", json={"name": "k1"})
+                assert issued.status_code == 201, issued.text
+                keys[name] = issued.json()["key"]
+            token = control_plane.cli("tokens", "create", "--name", "gateway", "--scope",
+                                      "read").strip().splitlines()[-1]
+            gateway = GatewayProcess(
+                GatewayPorts("127.0.0.1", free_port(), free_port()), control_plane.url, token,
+                secret, log_path=CACHE_DIR / "logs" / "test-gateway.log",
+                settings={"LLMGW_BODY_TIMEOUT_SECONDS": str(BODY_TIMEOUT_S),
+                          "LLMGW_NODE_POLL_INTERVAL_SECONDS": "0.5",
+                          "LLMGW_ROUTING_WAIT_SECONDS": "5"})
+            gateway.start()
+            gateway.wait_serving(MODEL, keys["acme"])
+            yield Stack(control_plane, admin, nodes, gateway, keys, version, secret)
+        finally:
+            if gateway is not None:
+                gateway.stop()
+            control_plane.stop()
+            for _ in nodes_iter:
+                pass
+
+
+def healthz(stack: Stack) -> dict[str, object]:
+    return httpx.get(f"{stack.http}/healthz", timeout=10).json()
+
+
+def node_serves(stack: Stack, name: str) -> bool:
+    """The gateway routes to ``name`` (in its table and not ejected)."""
+    models = healthz(stack)["models"]
+    endpoints = models.get(MODEL, []) if isinstance(models, dict) else []
+    return any(e["node"] == name and not e["ejected"] for e in endpoints)
+
+
+__all__ = ["MODEL", "Stack", "healthz", "node_serves", "wait_until"]

@@ -47,7 +47,8 @@ OVERHEAD_ARGS = {"max_model_len": 2048, "max_num_seqs": 9, "enforce_eager": True
 ROUTED_ARGS = {"max_model_len": 512, "max_num_seqs": 2, "enforce_eager": True}
 SAMPLING = {"max_tokens": 48, "temperature": 0, "ignore_eos": True}
 ROUTED_SAMPLING = {"max_tokens": 16, "temperature": 0, "ignore_eos": True}
-BACKGROUND_STREAMS = 6
+BACKGROUND_STREAMS = 4
+BACKGROUND_SAMPLING = {"max_tokens": 100, "ignore_eos": True}
 MiB = 1024 * 1024
 
 
@@ -148,8 +149,7 @@ async def routing(busy_node: Target, least_loaded: Target, round_robin: Target, 
 
     async def background(index: int) -> None:
         while not stop.is_set():
-            await busy_node.stream("grpc", PROMPTS[index % len(PROMPTS)],
-                                   {"max_tokens": 200, "ignore_eos": True})
+            await busy_node.stream("grpc", PROMPTS[index % len(PROMPTS)], BACKGROUND_SAMPLING)
 
     load = [asyncio.create_task(background(i)) for i in range(BACKGROUND_STREAMS)]
     await asyncio.sleep(8)  # the queue forms and the gateways read the waiting gauge
@@ -246,7 +246,7 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=20,
                         help="measuring time per protocol and concurrency")
-    parser.add_argument("--routing-requests", type=int, default=20,
+    parser.add_argument("--routing-requests", type=int, default=10,
                         help="new requests through each gateway during the routing test")
     args = parser.parse_args()
 

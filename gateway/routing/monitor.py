@@ -86,7 +86,7 @@ class NodeMonitor:
         except httpx.HTTPError as exc:
             ready, detail = False, f"{type(exc).__name__}: {exc}"
         if ready:
-            log.info("node %s serves %s again", endpoint.node, endpoint.triton_model)
+            log.info("node %s serves %s: in rotation", endpoint.node, endpoint.triton_model)
             self.balancer.recovered(endpoint)
         else:
             self.eject(endpoint, detail)

@@ -10,8 +10,9 @@ and two ``llm-gateway`` processes in front (one routing by load, one round-robin
 2. Routing: node B busy with a background set of long streams sent to it directly (so the
    gateways see it only through the backend's waiting gauge); new requests through the load-aware
    gateway and the round-robin one, interleaved: TTFT p95 of each.
-3. Protection: an 8 MB body through the gateway (refused; the node stays up) and straight to a
-   spare node (the bundled r24.10 dies of it): node alive after, and time to the answer.
+3. Protection: an 8 MB body through the gateway (refused; the node stays up) and then straight to
+   node-b, which serves the model (the bundled r24.10 dies of it): node alive after, and time to
+   the answer. Last, as it ends node-b.
 
     .venv/bin/python -m bench.gateway [--seconds 20]
 """
@@ -174,15 +175,15 @@ async def routing(busy_node: Target, least_loaded: Target, round_robin: Target, 
             "routing_ttft_p95_ratio": round(p95["least_loaded"] / p95["round_robin"], 3)}
 
 
-def protection(gateway_http: str, key: str, served_node: TritonServer,
-               spare_node: TritonServer) -> dict[str, Any]:
+def protection(gateway_http: str, key: str, nodes: dict[str, TritonServer]) -> dict[str, Any]:
     body = json.dumps({"text_input": "x" * (8 * MiB)}).encode()
     results = {}
+    target = nodes["node-b"]
     for name, url, headers, node in (
-            ("gateway", f"http://{gateway_http}/v2/models/{OVERHEAD_MODEL}/generate",
-             {"Authorization": f"Bearer {key}"}, served_node),
-            ("direct", f"http://{spare_node.http_url}/v2/models/{OVERHEAD_MODEL}/generate", {},
-             spare_node)):
+            ("gateway", f"http://{gateway_http}/v2/models/{ROUTED_MODEL}/generate",
+             {"Authorization": f"Bearer {key}"}, target),
+            ("direct", f"http://{target.http_url}/v2/models/{ROUTED_MODEL}/generate", {},
+             target)):
         started = time.monotonic()
         try:
             answer = httpx.post(url, content=body, headers=headers, timeout=120)
@@ -246,7 +247,7 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=20,
                         help="measuring time per protocol and concurrency")
-    parser.add_argument("--routing-requests", type=int, default=10,
+    parser.add_argument("--routing-requests", type=int, default=20,
                         help="new requests through each gateway during the routing test")
     args = parser.parse_args()
 
@@ -256,7 +257,7 @@ def main() -> None:
     os.environ["LLM_GATEWAY_SECRET"] = secret
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as workdir, ExitStack() as stack:
         nodes = {}
-        for name in ("node-a", "node-b", "spare"):
+        for name in ("node-a", "node-b"):
             (Path(workdir) / name).mkdir()
             node = TritonServer(Path(workdir) / name, repository_key=repository_key,
                                 log_path=CACHE_DIR / "logs" / f"bench-gateway-{name}.log")
@@ -288,8 +289,7 @@ def main() -> None:
             gateways[policy] = gateway
         results = asyncio.run(measure(args, nodes, gateways, key))
         print("protection: 8 MB body", flush=True)
-        results["protection"] = protection(gateways["least_loaded"].http_address, key,
-                                           nodes["node-a"], nodes["spare"])
+        results["protection"] = protection(gateways["least_loaded"].http_address, key, nodes)
 
     rows = results["overhead"]
     print_table("Overhead: through the gateway vs straight to the node (same run, alternating)",

@@ -19,6 +19,7 @@ MAX_CHOICES = 16
 
 # Sampling fields passed to the backend as they are.
 SAMPLING = ("temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty")
+SAMPLING_KEYS = frozenset({*SAMPLING, "max_tokens"})
 COMMON = frozenset({"model", "stream", "stream_options", "n", "max_tokens", "user", "priority",
                     *SAMPLING})
 # Accepted only at their neutral value: anything else needs what the backend does not do yet.
@@ -54,13 +55,18 @@ class OpenAIRequest:
 
     def backend_body(self, index: int, parameters: dict[str, Any]) -> dict[str, Any]:
         """The generate_stream body for choice ``index`` (each choice is its own request, so
-        the backend's per-sequence outputs stay simple; a seed moves by the choice's index)."""
-        own = dict(parameters)
-        if index and own.get("seed") is not None:
-            own["seed"] = own["seed"] + index
+        the backend's per-sequence outputs stay simple; a seed moves by the choice's index).
+
+        Sampling goes in the ``sampling_parameters`` input: Triton's HTTP generate takes only
+        scalars as request parameters, and ``stop`` may be a list."""
+        sampling = {key: value for key, value in parameters.items() if key in SAMPLING_KEYS}
+        if index and sampling.get("seed") is not None:
+            sampling["seed"] = sampling["seed"] + index
+        others = {key: value for key, value in parameters.items() if key not in SAMPLING_KEYS}
         return {"text_input": self.text_input, "stream": True, "exclude_input_in_output": True,
                 "return_finish_reason": True, "return_num_input_tokens": True,
-                "return_num_output_tokens": True, "parameters": own}
+                "return_num_output_tokens": True, "sampling_parameters": json.dumps(sampling),
+                "parameters": others}
 
 
 def _check_fields(body: dict[str, Any], allowed: frozenset[str], endpoint: str) -> None:

@@ -23,10 +23,16 @@ def test_completion_defaults_and_sampling_fields_reach_the_backend() -> None:
                                 "stop": ["\n"], "user": "u1"})
     assert request.parameters == {"temperature": 0.5, "seed": 7, "stop": ["\n"],
                                   "max_tokens": 16}
-    body = request.backend_body(0, request.parameters)
+    body = request.backend_body(0, {**request.parameters, "priority_level": 2})
     assert body["text_input"] == "Hi" and body["stream"] is True
     assert body["return_num_output_tokens"] is True and body["exclude_input_in_output"] is True
-    assert request.backend_body(2, request.parameters)["parameters"]["seed"] == 9
+    # Triton's HTTP generate takes only scalar request parameters: sampling (a list stop
+    # included) goes in the sampling_parameters input, the gateway's own in parameters.
+    assert json.loads(body["sampling_parameters"]) == {"temperature": 0.5, "seed": 7,
+                                                       "stop": ["\n"], "max_tokens": 16}
+    assert body["parameters"] == {"priority_level": 2}
+    later = request.backend_body(2, request.parameters)
+    assert json.loads(later["sampling_parameters"])["seed"] == 9
 
 
 def test_chat_messages_go_to_the_backend_as_json_with_the_chat_input_format() -> None:

@@ -1,6 +1,7 @@
 """Routing that outlives what fails around it: the control plane stopped (the last table keeps
 serving), an alias swapped under load (no request fails), a node killed under streaming load (new
-requests go to the other node, no stream hangs, the node rejoins by itself)."""
+requests go to the other node, no stream hangs, the node rejoins by itself). Named to run after
+the other gateway modules, as it swaps the version and restarts a node of the shared stack."""
 
 from __future__ import annotations
 

@@ -14,9 +14,9 @@ import grpc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pbg
 
-from gateway.auth import RESERVED_PARAMETERS, bearer_key, priority_for
-from gateway.backend_parameters import BACKEND_PRIORITY, PRIORITY_NAMES
-from gateway.errors import BadRequest, GatewayError, NoNodeAvailable, NotServed
+from gateway.auth import RESERVED_PARAMETERS, bearer_key
+from gateway.backend_parameters import BACKEND_PRIORITY, PRIORITY_NAMES, for_backend
+from gateway.errors import GatewayError, NoNodeAvailable, NotServed
 from gateway.kserve_http import SERVER_NAME
 from gateway.routing.table import Endpoint, Route, Tenant
 from gateway.service import Gateway
@@ -44,23 +44,12 @@ def prepare_request(gateway: Gateway, route: Route, tenant: Tenant,
                     request: pb.ModelInferRequest) -> pb.ModelInferRequest:
     """The request the node gets: priority as the tenant may have it, under the name the backend
     sees (Triton consumes gRPC's ``priority`` itself), and the gateway's tenant parameters."""
-    reserved = RESERVED_PARAMETERS & set(request.parameters.keys())
-    if reserved:
-        raise BadRequest(f"parameters {', '.join(sorted(reserved))} are set by the gateway, "
-                         "not by clients; remove them")
-    values = {}
-    for name in PRIORITY_NAMES:
-        if name in request.parameters:
-            value = _parameter_value(request.parameters[name])
-            if isinstance(value, str):
-                if not value.strip().isdigit():
-                    raise BadRequest(f"parameter {name} must be an integer level, got {value!r}")
-                value = int(value)
-            if value:
-                values[name] = int(value)
-    if len(set(values.values())) > 1:
-        raise BadRequest(f"priority and priority_level disagree ({values}); send one")
-    level = priority_for(tenant, next(iter(values.values()), None))
+    # The same decision as over HTTP, on the parameters' plain values (0 is tritonclient's
+    # "no priority").
+    given = {name: _parameter_value(request.parameters[name])
+             for name in (*PRIORITY_NAMES, *RESERVED_PARAMETERS) if name in request.parameters}
+    decided = for_backend({k: v for k, v in given.items() if v not in (0, None)}, tenant,
+                          gateway.gateway_secret)
     prompt_bytes = 0
     for index, tensor in enumerate(request.inputs):
         if tensor.name == "text_input":
@@ -74,11 +63,10 @@ def prepare_request(gateway: Gateway, route: Route, tenant: Tenant,
     for name in PRIORITY_NAMES:
         if name in prepared.parameters:
             del prepared.parameters[name]
-    if level is not None:
-        prepared.parameters[BACKEND_PRIORITY].int64_param = level
-    if gateway.gateway_secret is not None:
-        prepared.parameters["tenant"].string_param = tenant.name
-        prepared.parameters["gateway_secret"].string_param = gateway.gateway_secret
+    if BACKEND_PRIORITY in decided:
+        prepared.parameters[BACKEND_PRIORITY].int64_param = decided[BACKEND_PRIORITY]
+    for name in RESERVED_PARAMETERS & decided.keys():
+        prepared.parameters[name].string_param = decided[name]
     # Always asked of the node, so the gateway knows when each request is done.
     prepared.parameters[EMPTY_FINAL].bool_param = True
     return prepared

@@ -30,7 +30,7 @@ def create_app(gateway: Gateway, upstream: HttpUpstream) -> Any:
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        age = gateway.health()["routing"]["seconds_since_confirmed"]  # type: ignore[index]
+        age = gateway.watcher.status.seconds_since_confirmed()
         gateway.metrics.routing_revision_age.set(-1 if age is None else age)
         gateway.metrics.control_plane_reachable.set(1 if gateway.watcher.status.reachable else 0)
         return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)

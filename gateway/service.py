@@ -85,7 +85,7 @@ class Gateway:
 
     def health(self) -> dict[str, object]:
         status = self.watcher.status
-        age = None if status.last_success is None else time.monotonic() - status.last_success
+        age = status.seconds_since_confirmed()
         now = time.monotonic()
         return {
             "routing": {

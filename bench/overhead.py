@@ -8,6 +8,10 @@ backend's queue, one reserved urgent slot). A request stalled when its first tok
 than STALL_S; the goal is none at either concurrency, and at least MIN_REQUESTS requests per path
 and concurrency so that a rare stall shows.
 
+A third path sends the same requests through Triton with a JSON Schema as structured output
+(vLLM's structured-output backend masks every step's logits with the schema's grammar), so the
+cost of structured outputs is measured beside the plain path, in the same run.
+
     make bench-overhead        (or: .venv/bin/python -m bench.overhead --cycles 4 --seconds 25)
 """
 
@@ -42,6 +46,10 @@ STAGGER_S = 0.1
 # A request that waited this long for its first token was stalled (the no-load TTFT is ~30-60 ms).
 STALL_S = 0.4
 SHIPPED = Variant("smollm2", {}, {})
+# A schema whose answer is longer than max_tokens: every generated token is constrained.
+STRUCTURED = {**SAMPLING, "structured_outputs": {"json": {
+    "type": "object", "properties": {"story": {"type": "string", "minLength": 400}},
+    "required": ["story"]}}}
 
 
 class DirectEngine:
@@ -129,10 +137,11 @@ def main() -> None:
         pools = {model: [GrpcStream(server.grpc_url, model) for _ in range(8)]
                  for model in (SHIPPED.name,)}
 
-        def via_triton(model: str, prompt: str, index: int) -> Any:
+        def via_triton(model: str, prompt: str, index: int,
+                       sampling: dict[str, Any] = SAMPLING) -> Any:
             def call() -> tuple[int, float]:
                 stream = pools[model][index]
-                stream.submit(prompt, SAMPLING)
+                stream.submit(prompt, sampling)
                 result = stream.wait(600)
                 if result.error or result.first_token_at is None:
                     raise RuntimeError(f"{model}: {result.error}")
@@ -142,6 +151,8 @@ def main() -> None:
         paths = {
             "direct": lambda prompt, index: (lambda: direct.generate(prompt)),
             "triton": lambda prompt, index: via_triton(SHIPPED.name, prompt, index),
+            "structured": lambda prompt, index: via_triton(SHIPPED.name, prompt, index,
+                                                           STRUCTURED),
         }
         for path in paths.values():  # warm-up, and every pooled stream connected
             _round([path(PROMPTS[0], i) for i in range(8)])
@@ -173,6 +184,9 @@ def main() -> None:
     for concurrency in (1, 8):
         base = data[f"direct_c{concurrency}"]["tokens_per_s"]
         data[f"ratio_c{concurrency}"] = data[f"triton_c{concurrency}"]["tokens_per_s"] / base
+        data[f"structured_ratio_c{concurrency}"] = (
+            data[f"structured_c{concurrency}"]["tokens_per_s"]
+            / data[f"triton_c{concurrency}"]["tokens_per_s"])
     print_table("Output tokens/s: Triton + llm_vllm backend vs vLLM called directly",
                 ["path", "conc", "requests", "tok/s", "ttft p50 s", "ttft max s",
                  f"ttft>{STALL_S}s"], rows)
@@ -180,6 +194,9 @@ def main() -> None:
           "(goal >= 0.97); "
           f"stalled: c1 {data['triton_c1']['stalled_requests']}, "
           f"c8 {data['triton_c8']['stalled_requests']} (goal 0)")
+    print(f"structured outputs (JSON Schema) vs plain, through Triton: "
+          f"c1 {data['structured_ratio_c1']:.3f}, c8 {data['structured_ratio_c8']:.3f} "
+          "(measured, no goal)")
     short = [key for key, value in data.items() if isinstance(value, dict)
              and value.get("requests", MIN_REQUESTS) < MIN_REQUESTS]
     if short:

@@ -20,6 +20,8 @@ from gateway.openai_translate import (
     OpenAIRequest,
     backend_event,
     final_response,
+    merge_logprobs,
+    openai_logprobs,
     parse_chat,
     parse_completion,
     sse_events,
@@ -120,6 +122,7 @@ def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
 
         if not oa.stream:
             texts, reasons = [""] * oa.n, [None] * oa.n
+            logprobs: list[dict[str, Any] | None] = [None] * oa.n
             prompt_tokens, completion_tokens = 0, 0
             try:
                 for index, answer in enumerate(answers):
@@ -127,6 +130,8 @@ def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
                         if "error" in document:
                             raise NodeFailed(str(document["error"]))
                         event = backend_event(document)
+                        logprobs[index] = merge_logprobs(oa, logprobs[index], openai_logprobs(
+                            oa, event.logprobs, len(texts[index])))
                         texts[index] += event.text
                         reasons[index] = event.finish_reason or reasons[index]
                         prompt_tokens = event.input_tokens or prompt_tokens
@@ -140,7 +145,7 @@ def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
             tokens.inc(completion_tokens)
             outcomes.labels(PROTOCOL, route.name, tenant.name, "ok").inc()
             return JSONResponse(final_response(oa, texts, reasons, prompt_tokens,
-                                               completion_tokens))
+                                               completion_tokens, logprobs))
 
         async def stream() -> AsyncIterator[bytes]:
             queue: asyncio.Queue[tuple[int, dict[str, Any] | None]] = asyncio.Queue()
@@ -154,6 +159,7 @@ def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
 
             tasks = [asyncio.create_task(pump(i, a)) for i, a in enumerate(answers)]
             open_streams, started = len(answers), set()
+            offsets = [0] * len(answers)
             prompt_tokens, completion_tokens, outcome = 0, 0, "ok"
             try:
                 while open_streams:
@@ -174,7 +180,10 @@ def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
                     first = index not in started
                     started.add(index)
                     if event.text or first:
-                        yield _sse(stream_chunk(oa, index, event.text, None, first=first))
+                        yield _sse(stream_chunk(oa, index, event.text, None, first=first,
+                                                logprobs=openai_logprobs(oa, event.logprobs,
+                                                                         offsets[index])))
+                        offsets[index] += len(event.text)
                     if event.finish_reason:
                         yield _sse(stream_chunk(oa, index, None, event.finish_reason))
                 if oa.include_usage and outcome == "ok":

@@ -16,21 +16,23 @@ from gateway.errors import BadRequest
 CHAT_DEFAULT_MAX_TOKENS = 256
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's documented default for /v1/completions
 MAX_CHOICES = 16
+# vLLM's default max_logprobs: the most alternatives per token an engine computes.
+MAX_TOP_LOGPROBS = 20
 
 # Sampling fields passed to the backend as they are.
 SAMPLING = ("temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty")
-SAMPLING_KEYS = frozenset({*SAMPLING, "max_tokens"})
+# Sampling keys the translation writes (OpenAI's names mapped to vLLM's, see _sampling_extras).
+SAMPLING_KEYS = frozenset({*SAMPLING, "max_tokens", "logprobs", "logit_bias",
+                           "structured_outputs"})
 COMMON = frozenset({"model", "stream", "stream_options", "n", "max_tokens", "user", "priority",
-                    *SAMPLING})
+                    "logit_bias", "response_format", "logprobs", *SAMPLING})
 # Accepted only at their neutral value: anything else needs what the backend does not do yet.
 NEUTRAL: dict[str, tuple[Any, ...]] = {
-    "logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False),
-    "best_of": (None, 1), "suffix": (None, ""), "logit_bias": (None, {}), "tools": (None, []),
+    "echo": (None, False), "best_of": (None, 1), "suffix": (None, ""), "tools": (None, []),
     "tool_choice": (None, "none"), "functions": (None, []), "parallel_tool_calls": (None,),
-    "response_format": (None, {"type": "text"}),
 }
 COMPLETION_FIELDS = COMMON | {"prompt"} | NEUTRAL.keys()
-CHAT_FIELDS = COMMON | {"messages", "max_completion_tokens"} | NEUTRAL.keys()
+CHAT_FIELDS = COMMON | {"messages", "max_completion_tokens", "top_logprobs"} | NEUTRAL.keys()
 FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "stop"}
 
 
@@ -46,6 +48,8 @@ class OpenAIRequest:
     stream: bool
     include_usage: bool
     priority: int | None
+    # Alternatives per token the client wants with each token's logprob; None: no logprobs.
+    top_logprobs: int | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:24])
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -63,10 +67,13 @@ class OpenAIRequest:
         if index and sampling.get("seed") is not None:
             sampling["seed"] = sampling["seed"] + index
         others = {key: value for key, value in parameters.items() if key not in SAMPLING_KEYS}
-        return {"text_input": self.text_input, "stream": True, "exclude_input_in_output": True,
+        body = {"text_input": self.text_input, "stream": True, "exclude_input_in_output": True,
                 "return_finish_reason": True, "return_num_input_tokens": True,
                 "return_num_output_tokens": True, "sampling_parameters": json.dumps(sampling),
                 "parameters": others}
+        if self.top_logprobs is not None:
+            body["return_logprobs"] = True
+        return body
 
 
 def _check_fields(body: dict[str, Any], allowed: frozenset[str], endpoint: str) -> None:
@@ -87,6 +94,63 @@ def _int(body: dict[str, Any], name: str, default: int | None, low: int) -> int 
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise BadRequest(f"{name} must be an integer of at least {low}, got {json.dumps(value)}")
     return value
+
+
+def _top_logprobs(body: dict[str, Any], chat: bool) -> int | None:
+    """How many alternatives per token: chat says ``logprobs: true`` + ``top_logprobs: k``,
+    completions ``logprobs: k``."""
+    if chat:
+        wanted = body.get("logprobs")
+        if wanted not in (None, True, False):
+            raise BadRequest(f"logprobs must be true or false, got {json.dumps(wanted)}")
+        top = _int(body, "top_logprobs", None, 0)
+        if top is not None and not wanted:
+            raise BadRequest("top_logprobs needs logprobs: true")
+        if not wanted:
+            return None
+        top = top or 0
+    else:
+        top = _int(body, "logprobs", None, 0)
+        if top is None:
+            return None
+    if top > MAX_TOP_LOGPROBS:
+        name = "top_logprobs" if chat else "logprobs"
+        raise BadRequest(f"{name} must be at most {MAX_TOP_LOGPROBS}, got {top}")
+    return top
+
+
+def _structured_outputs(body: dict[str, Any]) -> dict[str, Any] | None:
+    """OpenAI's ``response_format`` as vLLM's structured outputs."""
+    spec = body.get("response_format")
+    if spec is None:
+        return None
+    kind = spec.get("type") if isinstance(spec, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"json_object": True}
+    if kind == "json_schema":
+        schema = spec.get("json_schema")
+        if not isinstance(schema, dict) or not isinstance(schema.get("schema"), dict):
+            raise BadRequest("response_format json_schema needs json_schema.schema, a JSON "
+                             "Schema object")
+        return {"json": schema["schema"]}
+    raise BadRequest("response_format must be {\"type\": \"text\"}, {\"type\": "
+                     "\"json_object\"} or {\"type\": \"json_schema\", \"json_schema\": "
+                     f"{{\"schema\": ...}}}}, got {json.dumps(spec)}")
+
+
+def _logit_bias(body: dict[str, Any]) -> dict[str, float] | None:
+    bias = body.get("logit_bias")
+    if bias is None or bias == {}:
+        return None
+    if not isinstance(bias, dict) or not all(
+            str(token).isdigit() and isinstance(value, (int, float)) and
+            not isinstance(value, bool) and -100 <= value <= 100
+            for token, value in bias.items()):
+        raise BadRequest("logit_bias must map token ids to numbers from -100 to 100, got "
+                         f"{json.dumps(bias)}")
+    return {str(token): float(value) for token, value in bias.items()}
 
 
 def _common(body: dict[str, Any], chat: bool) -> dict[str, Any]:
@@ -110,13 +174,18 @@ def _common(body: dict[str, Any], chat: bool) -> dict[str, Any]:
                       else "max_tokens", default_max, 1)
     parameters: dict[str, Any] = {key: body[key] for key in SAMPLING if body.get(key) is not None}
     parameters["max_tokens"] = max_tokens
+    top_logprobs = _top_logprobs(body, chat)
+    if top_logprobs is not None:
+        parameters["logprobs"] = top_logprobs
+    extras = {"logit_bias": _logit_bias(body), "structured_outputs": _structured_outputs(body)}
+    parameters.update({key: value for key, value in extras.items() if value is not None})
     priority = body.get("priority")
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
         raise BadRequest(f"priority must be an integer level (1 is the most urgent), got "
                          f"{json.dumps(priority)}")
     return {"model": model, "n": n, "stream": stream,
             "include_usage": bool(options.get("include_usage")), "parameters": parameters,
-            "priority": priority}
+            "priority": priority, "top_logprobs": top_logprobs}
 
 
 def parse_completion(body: dict[str, Any]) -> OpenAIRequest:
@@ -150,6 +219,8 @@ class BackendEvent:
     finish_reason: str | None
     input_tokens: int
     output_tokens: int
+    # The new tokens' logprobs in the backend's (the stock backend's) shape, when asked for.
+    logprobs: list[dict[str, dict[str, Any]]] | None = None
 
 
 def _first(value: Any, default: Any) -> Any:
@@ -161,10 +232,66 @@ def _first(value: Any, default: Any) -> Any:
 def backend_event(document: dict[str, Any]) -> BackendEvent:
     """One event of the backend's generate_stream (shape-[1] tensors arrive as scalars)."""
     reason = _first(document.get("finish_reason"), "") or None
+    logprobs = _first(document.get("logprobs"), None)
     return BackendEvent(text=_first(document.get("text_output"), ""),
                         finish_reason=FINISH_REASONS.get(reason, reason) if reason else None,
                         input_tokens=int(_first(document.get("num_input_tokens"), 0)),
-                        output_tokens=int(_first(document.get("num_output_tokens"), 0)))
+                        output_tokens=int(_first(document.get("num_output_tokens"), 0)),
+                        logprobs=json.loads(logprobs) if isinstance(logprobs, str) else None)
+
+
+def _ranked(position: dict[str, dict[str, Any]], top: int) -> tuple[dict[str, Any],
+                                                                     list[dict[str, Any]]]:
+    """The sampled token (the backend lists it first, as vLLM does) and the ``top`` most
+    likely, best first."""
+    entries = list(position.values())
+    best = sorted((entry for entry in entries if entry["rank"] <= top),
+                  key=lambda entry: entry["rank"])
+    return entries[0], best
+
+
+def _token(entry: dict[str, Any]) -> dict[str, Any]:
+    token = entry["decoded_token"] or ""
+    return {"token": token, "logprob": entry["logprob"], "bytes": list(token.encode())}
+
+
+def openai_logprobs(request: OpenAIRequest, positions: list[dict[str, dict[str, Any]]] | None,
+                    text_offset: int = 0) -> dict[str, Any] | None:
+    """The backend's logprobs in OpenAI's shape: chat's ``content`` list, or completions'
+    parallel ``tokens``/``token_logprobs``/``top_logprobs``/``text_offset`` lists."""
+    if request.top_logprobs is None or positions is None:
+        return None
+    top = request.top_logprobs
+    if request.chat:
+        content = []
+        for position in positions:
+            sampled, best = _ranked(position, top)
+            content.append({**_token(sampled), "top_logprobs": [_token(e) for e in best]})
+        return {"content": content, "refusal": None}
+    result: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [],
+                                    "text_offset": []}
+    for position in positions:
+        sampled, best = _ranked(position, top)
+        token = sampled["decoded_token"] or ""
+        result["tokens"].append(token)
+        result["token_logprobs"].append(sampled["logprob"])
+        result["top_logprobs"].append({e["decoded_token"] or "": e["logprob"] for e in best})
+        result["text_offset"].append(text_offset)
+        text_offset += len(token)
+    return result
+
+
+def merge_logprobs(request: OpenAIRequest, whole: dict[str, Any] | None,
+                   part: dict[str, Any] | None) -> dict[str, Any] | None:
+    """One choice's logprobs over every event of a non-streaming answer."""
+    if part is None:
+        return whole
+    if whole is None:
+        return part
+    for key, values in part.items():
+        if isinstance(values, list):
+            whole[key].extend(values)
+    return whole
 
 
 def sse_events(buffer: bytearray, chunk: bytes) -> Iterator[dict[str, Any]]:
@@ -187,18 +314,19 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
 
 
 def stream_chunk(request: OpenAIRequest, index: int, text: str | None,
-                 finish_reason: str | None, first: bool = False) -> dict[str, Any]:
+                 finish_reason: str | None, first: bool = False,
+                 logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
     if request.chat:
         delta: dict[str, Any] = {}
         if first:
             delta["role"] = "assistant"
         if text is not None:
             delta["content"] = text
-        choice: dict[str, Any] = {"index": index, "delta": delta, "logprobs": None,
+        choice: dict[str, Any] = {"index": index, "delta": delta, "logprobs": logprobs,
                                   "finish_reason": finish_reason}
         kind = "chat.completion.chunk"
     else:
-        choice = {"index": index, "text": text or "", "logprobs": None,
+        choice = {"index": index, "text": text or "", "logprobs": logprobs,
                   "finish_reason": finish_reason}
         kind = "text_completion"
     chunk: dict[str, Any] = {"id": request.response_id, "object": kind,
@@ -218,14 +346,16 @@ def usage_chunk(request: OpenAIRequest, prompt_tokens: int, completion_tokens: i
 
 
 def final_response(request: OpenAIRequest, texts: list[str], reasons: list[str | None],
-                   prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+                   prompt_tokens: int, completion_tokens: int,
+                   logprobs: list[dict[str, Any] | None] | None = None) -> dict[str, Any]:
     choices: list[dict[str, Any]] = []
-    for index, (text, reason) in enumerate(zip(texts, reasons, strict=True)):
+    logprobs = logprobs or [None] * len(texts)
+    for index, (text, reason, lps) in enumerate(zip(texts, reasons, logprobs, strict=True)):
         if request.chat:
             choices.append({"index": index, "message": {"role": "assistant", "content": text},
-                            "logprobs": None, "finish_reason": reason or "stop"})
+                            "logprobs": lps, "finish_reason": reason or "stop"})
         else:
-            choices.append({"index": index, "text": text, "logprobs": None,
+            choices.append({"index": index, "text": text, "logprobs": lps,
                             "finish_reason": reason or "stop"})
     return {"id": request.response_id,
             "object": "chat.completion" if request.chat else "text_completion",

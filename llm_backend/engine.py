@@ -19,6 +19,7 @@ from typing import Any
 
 import jinja2
 from vllm import AsyncEngineArgs
+from vllm.exceptions import VLLMClientError
 from vllm.outputs import RequestOutput
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError
@@ -26,6 +27,7 @@ from vllm.v1.metrics.loggers import StatLoggerBase
 
 from llm_backend.chat import INPUT_FORMAT_PARAMETER, ChatMessage
 from llm_backend.errors import BackendError, InvalidRequest, Unavailable
+from llm_backend.logprobs import NOT_REQUESTED, cumulative, logprobs_json
 from llm_backend.outputs import BackendMetrics, OutputChunk, ResponseSink, SequenceProgress
 from llm_backend.request import GenerationRequest
 from llm_backend.settings import SettingsError
@@ -82,10 +84,13 @@ class EngineHost:
     """The engine, its loop thread, and the requests it is generating."""
 
     def __init__(self, engine_args: dict[str, Any], metrics: BackendMetrics,
-                 on_engine_dead: Callable[[BaseException], None]) -> None:
+                 on_engine_dead: Callable[[BaseException], None],
+                 stat_loggers: Sequence[Callable[[Any, int], StatLoggerBase]] = ()) -> None:
+        """``stat_loggers``: further vLLM per-engine stat-logger factories, beside our own."""
         self._args = engine_args_from(engine_args)
         self._metrics = metrics
         self._on_engine_dead = on_engine_dead
+        self._stat_loggers = list(stat_loggers)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-engine-loop",
                                         daemon=True)
@@ -101,7 +106,8 @@ class EngineHost:
 
     async def _build(self) -> None:
         recorder = functools.partial(_SchedulerStatsRecorder, metrics=self._metrics)
-        self._engine = AsyncLLM.from_engine_args(self._args, stat_loggers=[recorder])
+        self._engine = AsyncLLM.from_engine_args(self._args,
+                                                 stat_loggers=[recorder, *self._stat_loggers])
         self._track(self._loop.create_task(self._watch_cancellations()))
 
     def _track(self, task: asyncio.Task[None]) -> None:
@@ -159,7 +165,7 @@ class EngineHost:
             future = asyncio.run_coroutine_threadsafe(self._close(abort_message), self._loop)
             try:
                 future.result(timeout=15)
-            except Exception:  # noqa: BLE001 - shutting down regardless
+            except Exception:
                 log.exception("closing in-flight requests failed")
             self._engine.shutdown()
         if self._thread.is_alive():
@@ -230,9 +236,13 @@ class EngineHost:
             self.dead = exc
             job.sink.fail(Unavailable(f"the vLLM engine died ({exc}); the model is being unloaded"))
             self._on_engine_dead(exc)
+        except VLLMClientError as exc:
+            # vLLM refused the request itself (a schema or grammar that does not compile, more
+            # logprobs than the model allows, an out-of-vocabulary token id): the client's error.
+            job.sink.fail(refused_by_vllm(exc, request))
         except BackendError as exc:
             job.sink.fail(exc)
-        except Exception as exc:  # noqa: BLE001 - the client must get an answer, not a hang
+        except Exception as exc:
             log.exception("generation %s failed", job.request_id)
             job.sink.fail(BackendError(f"generation failed: {type(exc).__name__}: {exc}"))
         finally:
@@ -258,10 +268,36 @@ class EngineHost:
     @staticmethod
     def _chunk(job: GenerationJob, output: RequestOutput) -> OutputChunk:
         request = job.request
-        prefix = request.prompt if request.include_prompt_in_output and not job.responded else ""
+        first = not job.responded
+        prefix = request.prompt if request.include_prompt_in_output and first else ""
+        prompt_logprobs = None
+        if first and request.sampling.prompt_logprobs is not None:
+            prompt_logprobs = logprobs_json(output.prompt_logprobs)
         return OutputChunk(
             texts=[prefix + seq.text for seq in output.outputs],
             finish_reasons=[seq.finish_reason or "" for seq in output.outputs],
             num_output_tokens=[len(seq.token_ids) for seq in output.outputs],
             num_input_tokens=len(job.prompt_token_ids),
+            # Deltas when streaming (vLLM's DELTA outputs), everything at the end otherwise.
+            logprobs=[logprobs_json(seq.logprobs) if request.logprobs_requested else NOT_REQUESTED
+                      for seq in output.outputs] if request.return_logprobs else [],
+            cumulative_logprobs=[cumulative(seq.cumulative_logprob) for seq in output.outputs]
+            if request.return_cumulative_logprob else [],
+            prompt_logprobs=prompt_logprobs,
         )
+
+
+def refused_by_vllm(error: VLLMClientError, request: GenerationRequest) -> InvalidRequest:
+    """vLLM's refusal of a request, with the sampling parameter it concerns named."""
+    # Grammar errors span lines (the spec, a caret under the fault): one line, whole.
+    message = " ".join(str(error).split())[:1000]
+    parameter = getattr(error, "parameter", None)
+    if parameter is None and request.sampling.structured_outputs is not None and any(
+            word in message.lower() for word in ("grammar", "regex", "schema", "json", "choice")):
+        parameter = "structured_outputs"
+    if parameter is None:
+        parameter = next((name for name in ("prompt_logprobs", "logprobs", "logit_bias",
+                                            "allowed_token_ids", "bad_words", "stop_token_ids")
+                          if name in message), None)
+    return InvalidRequest(f"sampling_parameters.{parameter}" if parameter else
+                          "sampling_parameters", message)

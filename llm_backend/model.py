@@ -29,11 +29,12 @@ import triton_python_backend_utils as pb_utils  # noqa: E402
 from llm_backend.admission import Admission  # noqa: E402
 from llm_backend.devices import engine_device_environment  # noqa: E402
 from llm_backend.engine import EngineHost, GenerationJob  # noqa: E402
-from llm_backend.errors import BackendError, Unavailable  # noqa: E402
+from llm_backend.errors import BackendError, InvalidRequest, Unavailable  # noqa: E402
 from llm_backend.gateway_trust import GATEWAY_SECRET_ENV, GatewayTrust  # noqa: E402
 from llm_backend.request import parse_parameters_json, parse_request  # noqa: E402
 from llm_backend.scheduler import AdmissionScheduler, QueuePolicy, QueueRejected  # noqa: E402
 from llm_backend.settings import SettingsError, load_settings  # noqa: E402
+from llm_backend.stock_metrics import StockMetricsFactory  # noqa: E402
 from llm_backend.token_bytes import TokenBytes, UnboundedTokens, max_token_bytes  # noqa: E402
 from llm_backend.triton_io import TritonResponseSink, read_raw_request  # noqa: E402
 from llm_backend.triton_metrics import TritonBackendMetrics  # noqa: E402
@@ -77,6 +78,9 @@ class TritonPythonModel:
         # Read once: tritonserver's environment, which the stub inherits.
         self._gateway = GatewayTrust.from_environment()
         self._metrics = TritonBackendMetrics(pb_utils, self._name, self._version, self._levels.count)
+        # The stock vLLM backend's vllm:* families, for dashboards built for it.
+        self._stock_metrics = (StockMetricsFactory(pb_utils, self._name, self._version)
+                               if self._settings.report_custom_metrics else None)
         # Started before the engine, so the engine processes are its owner's descendants.
         self._reaper = subprocess.Popen(
             [_python_executable(), "-m", "llm_backend.reaper",
@@ -91,7 +95,8 @@ class TritonPythonModel:
         if pinned:
             log.info("llm_backend %s/%s pinned to GPUs %s", self._name, self._version,
                      pinned["CUDA_VISIBLE_DEVICES"])
-        self._engine = EngineHost(self._settings.engine_args, self._metrics, self._on_engine_dead)
+        self._engine = EngineHost(self._settings.engine_args, self._metrics, self._on_engine_dead,
+                                  [self._stock_metrics] if self._stock_metrics else [])
         self._engine.start()
         self._scheduler = self._build_scheduler()
         bytes_bound, bytes_note = self._token_bytes_bound()
@@ -168,16 +173,28 @@ class TritonPythonModel:
             if messages is not None:
                 generation = replace(generation, prompt=self._engine.render_chat(messages))
             sink.generation = generation
-            # A prompt that cannot fit is refused from its length, before costly tokenizing.
-            self._admission.check_prompt_bytes(generation.prompt.encode("utf-8"))
+            if generation.lora_name is not None:
+                raise InvalidRequest(
+                    "sampling_parameters.lora_name",
+                    f"{generation.lora_name!r}: model {self._name} serves no LoRA adapters; "
+                    "send the request without lora_name")
+            truncate = generation.truncate_prompt_tokens
+            if truncate is None:
+                # A prompt that cannot fit is refused from its length, before costly tokenizing
+                # (a prompt the client asked to truncate may be longer than the model takes).
+                self._admission.check_prompt_bytes(generation.prompt.encode("utf-8"))
             # The chat template writes the model's special tokens itself (BOS included).
             prompt_ids = self._engine.tokenize(generation.prompt,
                                                add_special_tokens=messages is None)
+            if truncate is not None:
+                # vLLM's meaning: keep the last tokens; -1 keeps as many as the model takes.
+                keep = self._engine.max_model_len if truncate == -1 else truncate
+                prompt_ids = prompt_ids[-keep:]
             self._admission.check(len(prompt_ids), generation.sampling.max_tokens)
         except BackendError as exc:
             sink.fail(exc)
             return
-        except Exception as exc:  # noqa: BLE001 - fail this request, keep serving the others
+        except Exception as exc:
             log.exception("request could not be prepared")
             sink.fail(BackendError(f"request could not be prepared: {type(exc).__name__}: {exc}"))
             return
@@ -236,6 +253,9 @@ class TritonPythonModel:
         self._engine.shutdown(reason)
         self._ticker.join(timeout=1)
         self._metrics.close()
+        if self._stock_metrics is not None:
+            # After the engine stopped: nothing records into it any more.
+            self._stock_metrics.close()
         if self._reaper.poll() is None:
             self._reaper.stdin.write("stop\n")
             self._reaper.stdin.flush()

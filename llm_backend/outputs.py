@@ -16,6 +16,11 @@ class OutputChunk:
     finish_reasons: list[str]
     num_output_tokens: list[int]
     num_input_tokens: int
+    # Per sequence: the new tokens' logprobs as the stock JSON, and the running sum.
+    logprobs: list[str] = field(default_factory=list)
+    cumulative_logprobs: list[float] = field(default_factory=list)
+    # The prompt's logprobs (JSON), in the first response of a request that asked for them.
+    prompt_logprobs: str | None = None
 
 
 @dataclass

@@ -18,7 +18,7 @@ from llm_backend.chat import (
 from llm_backend.errors import InvalidRequest
 from llm_backend.gateway_trust import GATEWAY_PARAMETERS, GatewayTrust
 from llm_backend.priority import PriorityLevels
-from llm_backend.sampling import build_sampling_params, parse_json_object
+from llm_backend.sampling import parse_json_object, parse_sampling
 
 # The priority a client asks for. Over HTTP generate, ``parameters.priority`` arrives as a plain
 # request parameter; over gRPC, Triton consumes ``priority`` itself (and tritonclient refuses it
@@ -48,6 +48,8 @@ class RawRequest:
     return_finish_reason: bool | None = None
     return_num_input_tokens: bool | None = None
     return_num_output_tokens: bool | None = None
+    return_logprobs: bool | None = None
+    return_cumulative_logprob: bool | None = None
     parameters: dict[str, Any] = field(default_factory=dict)
     # Triton's per-request timeout (gRPC ``timeout``), microseconds; 0 or None when not set.
     timeout_us: int | None = None
@@ -73,6 +75,15 @@ class GenerationRequest:
     messages: tuple[ChatMessage, ...] | None = None
     # Who the request is for, as the gateway vouched; None: not sent through a gateway.
     tenant: str | None = None
+    # The stock backend's optional outputs: per-token logprobs (JSON) and their running sum.
+    return_logprobs: bool = False
+    return_cumulative_logprob: bool = False
+    # Whether the client's sampling parameters asked for logprobs (else the output says null).
+    logprobs_requested: bool = False
+    # Keep only the last this many prompt tokens (-1: as many as the model takes).
+    truncate_prompt_tokens: int | None = None
+    # The LoRA adapter the request asks for (stock's ``lora_name``).
+    lora_name: str | None = None
 
 
 def _text(value: bytes | str, field_name: str) -> str:
@@ -118,7 +129,15 @@ def parse_request(raw: RawRequest, levels: PriorityLevels,
             for key, value in raw.parameters.items()
             if key not in NON_SAMPLING_PARAMETERS
         }
-    sampling = build_sampling_params(sampling_raw, streaming=streaming)
+    client_sampling = parse_sampling(sampling_raw, streaming=streaming)
+    sampling = client_sampling.params
+    logprobs_requested = sampling.logprobs is not None
+    if raw.return_cumulative_logprob and sampling.logprobs is None:
+        # vLLM sums logprobs only while it computes them; 0 asks for the sampled token's alone,
+        # which changes nothing else (the logprobs output still says null, as the stock one
+        # does when the client asked for none).
+        sampling = sampling.clone()
+        sampling.logprobs = 0
 
     priority, priority_from_client = _priority(raw.parameters, levels)
     # The stock backend includes the prompt in non-streaming output unless told not to; a stream
@@ -141,6 +160,11 @@ def parse_request(raw: RawRequest, levels: PriorityLevels,
         queue_timeout_s=_queue_timeout(raw),
         messages=messages,
         tenant=tenant,
+        return_logprobs=bool(raw.return_logprobs),
+        return_cumulative_logprob=bool(raw.return_cumulative_logprob),
+        logprobs_requested=logprobs_requested,
+        truncate_prompt_tokens=client_sampling.truncate_prompt_tokens,
+        lora_name=client_sampling.lora_name,
     )
 
 

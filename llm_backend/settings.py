@@ -22,8 +22,8 @@ from llm_backend.queue_config import (
 from llm_backend.scheduler import QueuePolicy
 
 _UNEXPANDED = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
 
 
 class SettingsError(ValueError):
@@ -43,6 +43,8 @@ class BackendSettings:
     back_pressure: bool
     priority_passthrough: bool
     drain_timeout_s: float
+    # Publish vLLM's stats as the stock vLLM backend's vllm:* families (stock_metrics.py).
+    report_custom_metrics: bool = False
 
 
 def _flag(model_config: dict[str, Any], key: str, default: bool) -> bool:
@@ -53,7 +55,8 @@ def _flag(model_config: dict[str, Any], key: str, default: bool) -> bool:
         return True
     if text.lower() in _FALSE:
         return False
-    raise SettingsError(f"parameters.{key}: expected true or false, got {text!r}")
+    raise SettingsError(f"parameters.{key}: expected true or false, got {text!r} (accepted, "
+                        f"any case: {', '.join(_TRUE)} / {', '.join(_FALSE)})")
 
 
 def _number(model_config: dict[str, Any], key: str, kind: type, minimum: float) -> Any:
@@ -135,4 +138,5 @@ def settings_from(model_config: dict[str, Any], engine_args: dict[str, Any]) -> 
         back_pressure=_flag(model_config, "back_pressure", True),
         priority_passthrough=passthrough,
         drain_timeout_s=30.0 if drain_timeout_s is None else drain_timeout_s,
+        report_custom_metrics=_flag(model_config, "REPORT_CUSTOM_METRICS", False),
     )

@@ -20,6 +20,8 @@ OPTIONAL_BOOL_INPUTS = (
     "return_finish_reason",
     "return_num_input_tokens",
     "return_num_output_tokens",
+    "return_logprobs",
+    "return_cumulative_logprob",
 )
 
 
@@ -114,4 +116,13 @@ class TritonResponseSink:
             tensors.append(tensor("num_input_tokens", np.array([chunk.num_input_tokens], dtype=np.uint32)))
         if generation is not None and generation.return_num_output_tokens:
             tensors.append(tensor("num_output_tokens", np.array(chunk.num_output_tokens, dtype=np.uint32)))
+        if generation is not None and generation.return_cumulative_logprob:
+            tensors.append(tensor("cumulative_logprob",
+                                  np.array(chunk.cumulative_logprobs, dtype=np.float32)))
+        if generation is not None and generation.return_logprobs:
+            tensors.append(tensor("logprobs", np.array([text.encode("utf-8") for text in chunk.logprobs],
+                                                       dtype=np.object_)))
+        if chunk.prompt_logprobs is not None:
+            tensors.append(tensor("prompt_logprobs",
+                                  np.array([chunk.prompt_logprobs.encode("utf-8")], dtype=np.object_)))
         return tensors

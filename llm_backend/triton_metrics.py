@@ -43,7 +43,7 @@ class TritonBackendMetrics:
                                        "request ends", family.COUNTER),
         ]
         self._labels = labels
-        self._tenant_families = (tenant_requests, tenant_generated)
+        self._tenant_families: tuple[Any, ...] = (tenant_requests, tenant_generated)
         # tenant -> (requests, generated tokens); created on a tenant's first request, as
         # tenants are known only from the requests the gateway sends.
         self._tenants: dict[str, tuple[Any, Any]] = {}
@@ -73,6 +73,7 @@ class TritonBackendMetrics:
             self._inflight.clear()
             self._waiting.clear()
             self._tenants.clear()
+            self._tenant_families = ()
             self._last_set.clear()
             for name in ("_prompt", "_generated", "_ttft", "_itl", "_engine_running",
                          "_engine_waiting"):

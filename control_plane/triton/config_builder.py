@@ -48,12 +48,18 @@ _INPUTS = [
     ("return_finish_reason", _TYPES.TYPE_BOOL, True),
     ("return_num_input_tokens", _TYPES.TYPE_BOOL, True),
     ("return_num_output_tokens", _TYPES.TYPE_BOOL, True),
+    ("return_logprobs", _TYPES.TYPE_BOOL, True),
+    ("return_cumulative_logprob", _TYPES.TYPE_BOOL, True),
 ]
 _OUTPUTS = [
     ("text_output", _TYPES.TYPE_STRING),
     ("finish_reason", _TYPES.TYPE_STRING),
     ("num_input_tokens", _TYPES.TYPE_UINT32),
     ("num_output_tokens", _TYPES.TYPE_UINT32),
+    ("cumulative_logprob", _TYPES.TYPE_FP32),
+    ("logprobs", _TYPES.TYPE_STRING),
+    # Ours: in the first response when sampling_parameters.prompt_logprobs is set.
+    ("prompt_logprobs", _TYPES.TYPE_STRING),
 ]
 
 # Top-level fields an override may not touch, and what to do instead.
@@ -90,6 +96,9 @@ _OWNED_PARAMETERS = {
     "urgent_priority_level": "serving.urgent_priority_level",
     "drain_timeout_seconds": "serving.drain_timeout_seconds",
 }
+# parameters every version starts with, as the shipped config has them; an override may change
+# them. REPORT_CUSTOM_METRICS: the stock vLLM backend's vllm:* metric families, for its dashboards.
+_DEFAULT_PARAMETERS = {"REPORT_CUSTOM_METRICS": "true"}
 
 
 def interface() -> model_config_pb2.ModelConfig:
@@ -195,6 +204,8 @@ def build(name: str, serving: ServingSettings, overrides: Mapping[str, Any]
     config = interface()
     config.name = name
     apply_serving(config, serving)
+    for key, value in _DEFAULT_PARAMETERS.items():
+        config.parameters[key].string_value = value
     # MergeFrom: scalars in the override win, maps (parameters) merge key by key, repeated fields
     # append; the owned repeated fields (input, output, instance_group) were refused above.
     config.MergeFrom(parse_overrides(overrides))

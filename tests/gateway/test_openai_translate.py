@@ -10,6 +10,8 @@ from gateway.errors import BadRequest
 from gateway.openai_translate import (
     backend_event,
     final_response,
+    merge_logprobs,
+    openai_logprobs,
     parse_chat,
     parse_completion,
     sse_events,
@@ -47,7 +49,15 @@ def test_chat_messages_go_to_the_backend_as_json_with_the_chat_input_format() ->
 @pytest.mark.parametrize(("body", "message"), [
     ({"prompt": "x"}, "model is required"),
     ({"model": "m", "prompt": [1, 2]}, "prompt must be a string"),
-    ({"model": "m", "prompt": "x", "logprobs": 3}, "logprobs=3 is not supported"),
+    ({"model": "m", "prompt": "x", "echo": True}, "echo=true is not supported"),
+    ({"model": "m", "prompt": "x", "logprobs": 21}, "logprobs must be at most 20"),
+    ({"model": "m", "prompt": "x", "logprobs": True}, "logprobs must be an integer"),
+    ({"model": "m", "prompt": "x", "logit_bias": {"a": 1}}, "logit_bias must map token ids"),
+    ({"model": "m", "prompt": "x", "logit_bias": {"5": 101}}, "from -100 to 100"),
+    ({"model": "m", "prompt": "x", "response_format": {"type": "xml"}},
+     "response_format must be"),
+    ({"model": "m", "prompt": "x", "response_format": {"type": "json_schema"}},
+     "needs json_schema.schema"),
     ({"model": "m", "prompt": "x", "n": 0}, "n must be an integer of at least 1"),
     ({"model": "m", "prompt": "x", "n": 99}, "n must be at most 16"),
     ({"model": "m", "prompt": "x", "temprature": 1}, "does not take temprature"),
@@ -93,3 +103,62 @@ def test_stream_and_final_shapes_follow_openai() -> None:
     assert [c["text"] for c in done["choices"]] == ["a", "b"]
     assert [c["finish_reason"] for c in done["choices"]] == ["length", "stop"]
     assert done["id"].startswith("cmpl-") and done["usage"]["total_tokens"] == 11
+
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_chat_logprobs_ask_the_backend_for_top_alternatives() -> None:
+    request = parse_chat({**CHAT, "logprobs": True, "top_logprobs": 3})
+    body = request.backend_body(0, request.parameters)
+    assert json.loads(body["sampling_parameters"])["logprobs"] == 3
+    assert body["return_logprobs"] is True
+    with pytest.raises(BadRequest, match="top_logprobs needs logprobs: true"):
+        parse_chat({**CHAT, "top_logprobs": 2})
+    plain = parse_chat({**CHAT, "logprobs": False})
+    assert "return_logprobs" not in plain.backend_body(0, plain.parameters)
+
+
+def test_response_format_and_logit_bias_become_vllm_parameters() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    request = parse_chat({**CHAT, "logit_bias": {"42": -100},
+                          "response_format": {"type": "json_schema",
+                                              "json_schema": {"name": "x", "schema": schema}}})
+    sampling = json.loads(request.backend_body(0, request.parameters)["sampling_parameters"])
+    assert sampling["structured_outputs"] == {"json": schema}
+    assert sampling["logit_bias"] == {"42": -100.0}
+    json_object = parse_completion({"model": "m", "prompt": "x",
+                                    "response_format": {"type": "json_object"}})
+    assert json_object.parameters["structured_outputs"] == {"json_object": True}
+    assert "structured_outputs" not in parse_completion(
+        {"model": "m", "prompt": "x", "response_format": {"type": "text"}}).parameters
+
+
+# Two positions as the backend sends them: the sampled token first, then the top ones by rank.
+POSITIONS = [
+    {"11": {"logprob": -0.5, "rank": 1, "decoded_token": " Paris"},
+     "12": {"logprob": -1.5, "rank": 2, "decoded_token": " Lyon"}},
+    {"13": {"logprob": -2.0, "rank": 3, "decoded_token": "."},
+     "14": {"logprob": -0.2, "rank": 1, "decoded_token": ","},
+     "15": {"logprob": -1.9, "rank": 2, "decoded_token": "!"}},
+]
+
+
+def test_chat_logprobs_in_openais_shape() -> None:
+    request = parse_chat({**CHAT, "logprobs": True, "top_logprobs": 2})
+    content = openai_logprobs(request, POSITIONS)["content"]
+    assert [c["token"] for c in content] == [" Paris", "."]
+    assert content[1]["logprob"] == -2.0 and content[1]["bytes"] == [46]
+    assert [t["token"] for t in content[1]["top_logprobs"]] == [",", "!"]
+    none_asked = parse_chat({**CHAT, "logprobs": True})
+    assert openai_logprobs(none_asked, POSITIONS)["content"][0]["top_logprobs"] == []
+    assert openai_logprobs(parse_chat(CHAT), POSITIONS) is None
+
+
+def test_completion_logprobs_in_openais_shape_with_offsets() -> None:
+    request = parse_completion({"model": "m", "prompt": "x", "logprobs": 1})
+    first = openai_logprobs(request, POSITIONS[:1], text_offset=0)
+    rest = openai_logprobs(request, POSITIONS[1:], text_offset=len(" Paris"))
+    merged = merge_logprobs(request, first, rest)
+    assert merged == {"tokens": [" Paris", "."], "token_logprobs": [-0.5, -2.0],
+                      "top_logprobs": [{" Paris": -0.5}, {",": -0.2}], "text_offset": [0, 6]}

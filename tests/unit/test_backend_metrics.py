@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from types import SimpleNamespace
 
 import pytest
@@ -97,3 +99,20 @@ def test_nothing_is_sent_after_close(recorder, metrics):
     metrics.observe_generated_tokens(1)
     assert len(recorder.updates) == sent
     assert "new" not in recorder.values("llm_tenant_requests_total")
+
+
+def test_close_releases_every_metric_family(recorder):
+    # A family still referenced at interpreter exit is destroyed after the stub's shared memory
+    # is gone, and crashes the stub.
+    made: list[weakref.ref[object]] = []
+
+    class Tracked(recorder.pb_utils.MetricFamily):
+        def __init__(self, *args: str) -> None:
+            super().__init__(*args)
+            made.append(weakref.ref(self))
+
+    metrics = TritonBackendMetrics(SimpleNamespace(MetricFamily=Tracked), "smollm2", "1", levels=3)
+    metrics.observe_tenant_request("acme", 1)
+    metrics.close()
+    gc.collect()
+    assert made and [ref for ref in made if ref() is not None] == []

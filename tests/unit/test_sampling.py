@@ -1,13 +1,27 @@
-"""Unit tests for llm_backend.sampling: client sampling parameters -> vLLM SamplingParams."""
+"""Unit tests for llm_backend.sampling: client sampling parameters -> vLLM SamplingParams.
+
+The accepted keys are vLLM's own SamplingParams fields; values may arrive as strings."""
 
 from __future__ import annotations
 
 import pytest
 from vllm import SamplingParams
-from vllm.sampling_params import RequestOutputKind
+from vllm.sampling_params import (
+    RepetitionDetectionParams,
+    RequestOutputKind,
+    StructuredOutputsParams,
+)
 
 from llm_backend.errors import InvalidRequest
-from llm_backend.sampling import SAMPLING_FIELDS, build_sampling_params, parse_json_object
+from llm_backend.sampling import (
+    ACCEPTED_KEYS,
+    OWNED_FIELDS,
+    SAMPLING_FIELDS,
+    build_sampling_params,
+    describe_type,
+    parse_json_object,
+    parse_sampling,
+)
 
 # key, value sent by the client, attribute value expected on SamplingParams
 VALID = [
@@ -17,6 +31,7 @@ VALID = [
     ("max_tokens", "16", 16),
     ("max_tokens", " 32 ", 32),
     ("max_tokens", 8.0, 8),
+    ("max_tokens", "16.0", 16),
     ("max_tokens", None, None),
     ("min_tokens", 2, 2),
     ("min_tokens", "2", 2),
@@ -45,6 +60,7 @@ VALID = [
     ("ignore_eos", "true", True),
     ("ignore_eos", "FALSE", False),
     ("ignore_eos", " True ", True),
+    ("ignore_eos", 1, True),
     ("skip_special_tokens", False, False),
     ("skip_special_tokens", "false", False),
     ("spaces_between_special_tokens", False, False),
@@ -58,11 +74,36 @@ VALID = [
     ("stop_token_ids", [1, 2, 3], [1, 2, 3]),
     ("stop_token_ids", [], []),
     ("stop_token_ids", None, []),
+    ("stop_token_ids", [1, "2"], [1, 2]),
+    ("watermarking", False, False),
+    ("logprobs", 3, 3),
+    ("logprobs", "0", 0),
+    ("prompt_logprobs", 1, 1),
+    ("prompt_logprob_start", 2, 2),
+    ("logprob_token_ids", [5, 6], [5, 6]),
+    ("stream_interval", "2", 2),
+    ("logit_bias", {"12": "1.5", "7": -2}, {12: 1.5, 7: -2.0}),
+    ("allowed_token_ids", [1, 2], [1, 2]),
+    ("bad_words", ["foo"], ["foo"]),
+    ("skip_reading_prefix_cache", True, True),
+    ("thinking_token_budget", 10, 10),
+    ("structured_outputs", {"regex": "[ab]+"}, StructuredOutputsParams(regex="[ab]+")),
+    ("repetition_detection", {"max_pattern_size": 4, "min_count": 3},
+     RepetitionDetectionParams(max_pattern_size=4, min_count=3)),
 ]
+# Keys with no value to compare on SamplingParams (an array, checked on its own below).
+NOT_COMPARED = {"prompt_logprob_token_ids"}
+
+
+def test_accepted_keys_are_vllms_fields_less_those_the_backend_owns():
+    fields = {name for name in SamplingParams.__struct_fields__ if not name.startswith("_")}
+    assert set(SAMPLING_FIELDS) == fields - OWNED_FIELDS
+    assert {"logprobs", "structured_outputs", "logit_bias", "bad_words"} <= set(SAMPLING_FIELDS)
+    assert {"lora_name", "truncate_prompt_tokens", "guided_decoding"} <= ACCEPTED_KEYS
 
 
 def test_valid_table_covers_every_accepted_key():
-    assert {key for key, _, _ in VALID} == set(SAMPLING_FIELDS)
+    assert {key for key, _, _ in VALID} | NOT_COMPARED == set(SAMPLING_FIELDS)
 
 
 @pytest.mark.parametrize(("key", "value", "expected"), VALID)
@@ -109,12 +150,84 @@ def test_output_kind_follows_streaming(streaming, kind):
     assert build_sampling_params({"max_tokens": 3}, streaming=streaming).output_kind == kind
 
 
-@pytest.mark.parametrize("key", ["output_kind", "detokenize", "logits_processors"])
-def test_internal_fields_are_refused(key):
+@pytest.mark.parametrize("key", sorted(OWNED_FIELDS))
+def test_fields_the_backend_owns_are_refused_as_such(key):
+    with pytest.raises(InvalidRequest) as info:
+        build_sampling_params({key: 1}, streaming=False)
+    assert info.value.field == f"sampling_parameters.{key}"
+    assert "decided by the backend" in info.value.message
+
+
+@pytest.mark.parametrize("key", ["logits_processors", "_eos_token_id", "guided_json"])
+def test_internal_and_unknown_fields_are_refused(key):
     with pytest.raises(InvalidRequest) as info:
         build_sampling_params({key: 1}, streaming=False)
     assert info.value.field == f"sampling_parameters.{key}"
     assert "unknown sampling parameter" in info.value.message
+
+
+def test_prompt_logprob_token_ids_become_an_array():
+    params = build_sampling_params({"prompt_logprob_token_ids": [[1, 2], [3, -1]]},
+                                   streaming=False)
+    assert params.prompt_logprob_token_ids.tolist() == [[1, 2], [3, -1]]
+
+
+# -- structured outputs, the backend's own keys ---------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["structured_outputs", "guided_decoding"])
+@pytest.mark.parametrize("value", ['{"json": {"type": "object"}}', {"json": {"type": "object"}}])
+def test_structured_outputs_as_a_json_string_or_an_object(key, value):
+    params = build_sampling_params({key: value}, streaming=False)
+    assert params.structured_outputs == StructuredOutputsParams(json={"type": "object"})
+
+
+@pytest.mark.parametrize(("value", "field", "words"), [
+    ({"regex": "a", "choice": ["x"]}, "sampling_parameters.structured_outputs",
+     "only use one kind"),
+    ({}, "sampling_parameters.structured_outputs", "must use one kind"),
+    ({"jsn": {}}, "sampling_parameters.structured_outputs.jsn", "unknown structured-output field"),
+    ("{not json", "sampling_parameters.structured_outputs", "is not valid JSON"),
+    ([1], "sampling_parameters.structured_outputs", "must be a JSON object"),
+    ({"choice": "yes"}, "sampling_parameters.structured_outputs", "Expected `array"),
+])
+def test_bad_structured_outputs_name_the_field(value, field, words):
+    with pytest.raises(InvalidRequest) as info:
+        build_sampling_params({"structured_outputs": value}, streaming=False)
+    assert info.value.field == field
+    assert words in info.value.message
+
+
+def test_structured_outputs_and_guided_decoding_together_are_refused():
+    with pytest.raises(InvalidRequest) as info:
+        build_sampling_params({"structured_outputs": {"regex": "a"},
+                               "guided_decoding": {"regex": "b"}}, streaming=False)
+    assert "send one" in info.value.message
+
+
+def test_lora_name_and_truncation_are_the_backends():
+    sampling = parse_sampling({"lora_name": "sql", "truncate_prompt_tokens": "8",
+                               "temperature": 0}, streaming=False)
+    assert (sampling.lora_name, sampling.truncate_prompt_tokens) == ("sql", 8)
+    assert sampling.params.temperature == 0
+    assert parse_sampling({"truncate_prompt_tokens": -1}, streaming=False) \
+        .truncate_prompt_tokens == -1
+
+
+@pytest.mark.parametrize("value", [0, -2, "x", 1.5])
+def test_bad_truncation_is_refused(value):
+    with pytest.raises(InvalidRequest) as info:
+        parse_sampling({"truncate_prompt_tokens": value}, streaming=False)
+    assert info.value.field == "sampling_parameters.truncate_prompt_tokens"
+
+
+@pytest.mark.parametrize(("kind", "words"), [
+    (int, "an integer"), (int | None, "an integer or null"),
+    (list[str] | None, "a list of strings or null"),
+    (dict[int, float], "an object of integer to number"),
+])
+def test_types_described_in_words(kind, words):
+    assert describe_type(kind) == words
 
 
 @pytest.mark.parametrize(
@@ -136,7 +249,7 @@ def test_unknown_key_names_key_and_suggests(typo, suggestion):
     hint = err.message.split("did you mean", 1)[1].split("?", 1)[0]
     assert suggestion in hint
     # and the full list of accepted keys follows
-    for known in SAMPLING_FIELDS:
+    for known in ACCEPTED_KEYS:
         assert known in err.message
 
 
@@ -161,7 +274,6 @@ WRONG_TYPES = [
     ("top_k", [1]),
     ("seed", "abc"),
     ("max_tokens", "abc"),
-    ("max_tokens", "16.0"),
     ("max_tokens", 1.5),
     ("max_tokens", {"a": 1}),
     ("n", None),
@@ -171,17 +283,13 @@ WRONG_TYPES = [
     ("temperature", None),
     ("top_p", {"x": 1}),
     ("repetition_penalty", False),
-    ("ignore_eos", 1),
     ("ignore_eos", "yes"),
-    ("skip_special_tokens", 0),
     ("include_stop_str_in_output", None),
     ("stop", 5),
     ("stop", ["a", 1]),
     ("stop", [["a"]]),
-    ("stop_token_ids", [1, "2"]),
     ("stop_token_ids", [1, True]),
     ("stop_token_ids", "1,2"),
-    ("stop_token_ids", [1.0]),
 ]
 
 
@@ -192,13 +300,14 @@ def test_wrong_types_raise_invalid_request_naming_field(key, value):
     err = info.value
     assert err.field == f"sampling_parameters.{key}"
     assert err.message.startswith(f"sampling_parameters.{key}: must be ")
-    assert SAMPLING_FIELDS[key] in err.message
+    assert describe_type(SAMPLING_FIELDS[key]) in err.message
 
 
 def test_wrong_type_message_shows_value_as_json():
     with pytest.raises(InvalidRequest) as info:
         build_sampling_params({"max_tokens": True}, streaming=False)
-    assert info.value.message == "sampling_parameters.max_tokens: must be an integer, got true"
+    assert info.value.message == ("sampling_parameters.max_tokens: must be an integer or null, "
+                                  "got true (Expected `int | null`, got `bool`)")
 
 
 @pytest.mark.parametrize("value", [-1, "-1", 0])

@@ -151,7 +151,8 @@ def test_flags(version_dir, key, text, expected):
 def test_bad_flags(version_dir, key, text):
     with pytest.raises(SettingsError) as info:
         load_settings(config(**{key: text}), version_dir)
-    assert f"parameters.{key}: expected true or false, got {text!r}" == str(info.value)
+    assert str(info.value) == (f"parameters.{key}: expected true or false, got {text!r} "
+                               "(accepted, any case: true, 1, yes, on / false, 0, no, off)")
 
 
 def test_parameter_without_string_value_is_default(version_dir):

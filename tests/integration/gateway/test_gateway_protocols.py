@@ -176,10 +176,44 @@ def test_openai_client_completions_and_chat_streaming_and_not(stack: Stack) -> N
     assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
 
 
+def test_openai_logprobs_and_structured_outputs(stack: Stack) -> None:
+    client = openai.OpenAI(base_url=f"{stack.http}/v1", api_key=stack.keys["acme"])
+    chat = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Name a colour."}], max_tokens=6,
+        temperature=0, logprobs=True, top_logprobs=2)
+    content = chat.choices[0].logprobs.content
+    assert len(content) == chat.usage.completion_tokens
+    assert "".join(token.token for token in content) == chat.choices[0].message.content
+    assert all(len(token.top_logprobs) == 2 and token.logprob <= 0 for token in content)
+    # Greedy: the sampled token is the most likely one.
+    assert all(token.top_logprobs[0].token == token.token for token in content)
+
+    streamed = list(client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=5,
+                                              temperature=0, logprobs=1, stream=True))
+    tokens = [t for c in streamed if c.choices and c.choices[0].logprobs
+              for t in c.choices[0].logprobs.tokens]
+    assert "".join(tokens) == "".join(c.choices[0].text for c in streamed if c.choices)
+    assert len(tokens) == 5
+
+    schema = {"type": "object", "properties": {"colour": {"type": "string", "maxLength": 12}},
+              "required": ["colour"], "additionalProperties": False}
+    shaped = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "A colour, as JSON."}],
+        max_tokens=40, temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}})
+    assert set(json.loads(shaped.choices[0].message.content)) == {"colour"}
+
+
 def test_openai_errors_come_in_openais_shape(stack: Stack) -> None:
     client = openai.OpenAI(base_url=f"{stack.http}/v1", api_key=stack.keys["acme"])
-    with pytest.raises(openai.BadRequestError, match="logprobs=2 is not supported"):
-        client.completions.create(model=MODEL, prompt=PROMPT, logprobs=2)
+    with pytest.raises(openai.BadRequestError, match="echo=true is not supported"):
+        client.completions.create(model=MODEL, prompt=PROMPT, echo=True)
+    # A schema vLLM's structured-output backend cannot compile: the backend's refusal, named.
+    with pytest.raises(openai.BadRequestError, match="structured_outputs"):
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "x", "schema": {"type": "nonsense"}}})
     with pytest.raises(openai.NotFoundError, match="did you mean m"):
         client.completions.create(model="mm", prompt=PROMPT)
     with pytest.raises(openai.BadRequestError, match="max_model_len"):

@@ -16,8 +16,9 @@ from tritonclient.grpc import service_pb2_grpc as pbg
 
 from gateway.auth import RESERVED_PARAMETERS, bearer_key
 from gateway.backend_parameters import BACKEND_PRIORITY, PRIORITY_NAMES, for_backend
-from gateway.errors import GatewayError, NoNodeAvailable, NotServed
+from gateway.errors import BadRequest, GatewayError, NoNodeAvailable, NotServed
 from gateway.kserve_http import SERVER_NAME
+from gateway.lora import LORA_NAME, SAMPLING_INPUT, check_lora_name, sampling_json_with_lora_name
 from gateway.routing.table import Endpoint, Route, Tenant
 from gateway.service import Gateway
 from gateway.upstream_http import ATTEMPTS, node_unavailable
@@ -43,7 +44,8 @@ def _parameter_value(parameter: Any) -> Any:
 def prepare_request(gateway: Gateway, route: Route, tenant: Tenant,
                     request: pb.ModelInferRequest) -> pb.ModelInferRequest:
     """The request the node gets: priority as the tenant may have it, under the name the backend
-    sees (Triton consumes gRPC's ``priority`` itself), and the gateway's tenant parameters."""
+    sees (Triton consumes gRPC's ``priority`` itself), the gateway's tenant parameters and the
+    adapter the model name selects."""
     # The same decision as over HTTP, on the parameters' plain values (0 is tritonclient's
     # "no priority").
     given = {name: _parameter_value(request.parameters[name])
@@ -67,9 +69,49 @@ def prepare_request(gateway: Gateway, route: Route, tenant: Tenant,
         prepared.parameters[BACKEND_PRIORITY].int64_param = decided[BACKEND_PRIORITY]
     for name in RESERVED_PARAMETERS & decided.keys():
         prepared.parameters[name].string_param = decided[name]
+    if route.adapter is not None:
+        select_adapter(prepared, route.adapter)
     # Always asked of the node, so the gateway knows when each request is done.
     prepared.parameters[EMPTY_FINAL].bool_param = True
     return prepared
+
+
+def select_adapter(request: pb.ModelInferRequest, adapter: str) -> None:
+    """Set ``lora_name`` where the backend reads it: the ``sampling_parameters`` input's JSON
+    when the request has that input, else a string request parameter."""
+    given = (_parameter_value(request.parameters[LORA_NAME])
+             if LORA_NAME in request.parameters else None)
+    check_lora_name(given, adapter, f"parameters.{LORA_NAME}")
+    for index, tensor in enumerate(request.inputs):
+        if tensor.name == SAMPLING_INPUT:
+            text = sampling_json_with_lora_name(_one_string(request, index), adapter)
+            _set_one_string(request, index, text.encode())
+            return
+    request.parameters[LORA_NAME].string_param = adapter
+
+
+def _one_string(request: pb.ModelInferRequest, index: int) -> str:
+    """The one element of BYTES input ``index`` (raw contents, as tritonclient sends, or typed)."""
+    name = request.inputs[index].name
+    if index < len(request.raw_input_contents):
+        raw = request.raw_input_contents[index]
+        size = int.from_bytes(raw[:BYTES_PREFIX], "little")
+        elements = [raw[BYTES_PREFIX:]] if len(raw) == BYTES_PREFIX + size else []
+    else:
+        elements = list(request.inputs[index].contents.bytes_contents)
+    if len(elements) != 1:
+        raise BadRequest(f"{name} must be one string (a JSON object), not a batch")
+    try:
+        return elements[0].decode()
+    except UnicodeDecodeError:
+        raise BadRequest(f"{name} is not UTF-8 text; send a JSON object string") from None
+
+
+def _set_one_string(request: pb.ModelInferRequest, index: int, value: bytes) -> None:
+    if index < len(request.raw_input_contents):
+        request.raw_input_contents[index] = len(value).to_bytes(BYTES_PREFIX, "little") + value
+    else:
+        request.inputs[index].contents.bytes_contents[0] = value
 
 
 def error_response(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from gateway.auth import bearer_key
 from gateway.backend_parameters import for_backend
 from gateway.errors import BadRequest, NotServed
+from gateway.lora import generate_document_with_lora_name
 from gateway.routing.table import Route, Tenant
 from gateway.service import Gateway
 from gateway.upstream_http import HttpUpstream
@@ -41,7 +42,8 @@ def prompt_bytes(text_input: Any) -> int:
 
 def generate_body(gateway: Gateway, route: Route, tenant: Tenant, document: dict[str, Any]
                   ) -> bytes:
-    """The body the node gets: the client's, with checked prompt size and gateway parameters."""
+    """The body the node gets: the client's, with checked prompt size, gateway parameters and
+    the adapter its model name selects."""
     if "text_input" not in document:
         raise BadRequest("text_input is required (the prompt, a string)")
     gateway.check_prompt_bytes(route, prompt_bytes(document["text_input"]), "text_input")
@@ -50,6 +52,8 @@ def generate_body(gateway: Gateway, route: Route, tenant: Tenant, document: dict
         raise BadRequest("parameters must be a JSON object")
     document = {**document, "parameters": for_backend(parameters, tenant,
                                                       gateway.gateway_secret)}
+    if route.adapter is not None:
+        document = generate_document_with_lora_name(document, route.adapter)
     return json.dumps(document).encode()
 
 

@@ -16,11 +16,13 @@ from gateway.auth import bearer_key, parse_priority
 from gateway.backend_parameters import for_backend
 from gateway.errors import BadRequest, GatewayError, NodeFailed
 from gateway.kserve_http import parse_json_body
+from gateway.lora import with_lora_name
 from gateway.openai_translate import (
     OpenAIRequest,
     backend_event,
     final_response,
     merge_logprobs,
+    model_list,
     openai_logprobs,
     parse_chat,
     parse_completion,
@@ -79,11 +81,7 @@ def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
 
     @router.get("/models")
     async def models(request: Request) -> dict[str, Any]:
-        tenant = caller(request)
-        return {"object": "list", "data": [
-            {"id": route.name, "object": "model", "created": 0, "owned_by": route.model}
-            for route in sorted(gateway.table.routes.values(), key=lambda r: r.name)
-            if tenant.may_use(route)]}
+        return model_list(gateway.table.routes.values(), caller(request))
 
     async def open_choices(route: Route, oa: OpenAIRequest, parameters: dict[str, Any]
                            ) -> list[Upstream]:
@@ -115,6 +113,9 @@ def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
             raise BadRequest(f"priority {oa.priority} and X-Priority {header} disagree; send one")
         requested = oa.priority if oa.priority is not None else header
         parameters = for_backend(oa.parameters, tenant, gateway.gateway_secret, requested)
+        if route.adapter is not None:
+            # OpenAI's fields have no lora_name: the model name is the only place it comes from.
+            parameters = with_lora_name(parameters, route.adapter, "parameters")
         answers = await open_choices(route, oa, parameters)
         gateway.metrics.ttft.labels(PROTOCOL, route.name).observe(time.monotonic() - received)
         tokens = gateway.metrics.output_tokens.labels(PROTOCOL, route.name, tenant.name)

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import BadRequest
+from gateway.lora import LORA_NAME
+from gateway.routing.table import ADAPTER_SEPARATOR, Route, Tenant
 
 # OpenAI leaves max_tokens open for chat; the engine's own default would be 16 tokens.
 CHAT_DEFAULT_MAX_TOKENS = 256
@@ -21,9 +23,10 @@ MAX_TOP_LOGPROBS = 20
 
 # Sampling fields passed to the backend as they are.
 SAMPLING = ("temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty")
-# Sampling keys the translation writes (OpenAI's names mapped to vLLM's, see _sampling_extras).
+# Sampling keys the translation writes (OpenAI's names mapped to vLLM's, see _common), and the
+# adapter a model name ``M:<adapter>`` selects.
 SAMPLING_KEYS = frozenset({*SAMPLING, "max_tokens", "logprobs", "logit_bias",
-                           "structured_outputs"})
+                           "structured_outputs", LORA_NAME})
 COMMON = frozenset({"model", "stream", "stream_options", "n", "max_tokens", "user", "priority",
                     "logit_bias", "response_format", "logprobs", *SAMPLING})
 # Accepted only at their neutral value: anything else needs what the backend does not do yet.
@@ -74,6 +77,20 @@ class OpenAIRequest:
         if self.top_logprobs is not None:
             body["return_logprobs"] = True
         return body
+
+
+def model_list(routes: Iterable[Route], tenant: Tenant) -> dict[str, Any]:
+    """``GET /v1/models``: each served name the tenant may use, and ``<name>:<adapter>`` for
+    each adapter loaded on one of its nodes (``parent``: the base, as vLLM lists adapters)."""
+    data: list[dict[str, Any]] = []
+    for route in sorted(routes, key=lambda r: r.name):
+        if not tenant.may_use(route):
+            continue
+        data.append({"id": route.name, "object": "model", "created": 0, "owned_by": route.model})
+        data.extend({"id": f"{route.name}{ADAPTER_SEPARATOR}{adapter}", "object": "model",
+                     "created": 0, "owned_by": route.model, "parent": route.name}
+                    for adapter in route.adapters())
+    return {"object": "list", "data": data}
 
 
 def _check_fields(body: dict[str, Any], allowed: frozenset[str], endpoint: str) -> None:

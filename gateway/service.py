@@ -11,7 +11,7 @@ from gateway.errors import BadRequest, ModelNotFound, NoNodeAvailable
 from gateway.metrics import GatewayMetrics
 from gateway.routing.balancer import Balancer
 from gateway.routing.monitor import NodeMonitor
-from gateway.routing.table import Endpoint, Route, RoutingTable, Tenant
+from gateway.routing.table import Endpoint, Route, RoutingTable, Tenant, split_adapter
 from gateway.routing.watcher import RoutingWatcher
 from gateway.settings import GatewaySettings
 
@@ -43,16 +43,38 @@ class Gateway:
         return authenticate(self.table, key, self.settings.anonymous_tenant)
 
     def route_for(self, tenant: Tenant, name: str) -> Route:
+        """The route of a served name (``M``, ``M.<alias>``, either with ``:<adapter>``) that
+        the tenant may use; a tenant allowed ``M`` may use each of its adapters."""
         self._require_table()
-        route = self.table.route(name)
+        base, adapter = split_adapter(name)
+        route = self.table.route(base)
         if route is None:
             usable = [r.name for r in self.table.routes.values() if tenant.may_use(r)]
-            close = difflib.get_close_matches(name, usable, n=3)
+            close = difflib.get_close_matches(base, usable, n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise ModelNotFound(f"model '{name}' is not served here{hint} (served: "
+            raise ModelNotFound(f"model '{base}' is not served here{hint} (served: "
                                 f"{', '.join(sorted(usable)) or 'none'})")
+        # Before the adapter: a tenant not allowed the model learns nothing of its adapters.
         authorize(tenant, route)
-        return route
+        return route if adapter is None else self._adapter_route(route, adapter)
+
+    @staticmethod
+    def _adapter_route(route: Route, adapter: str) -> Route:
+        if not adapter:
+            raise BadRequest(f"model '{route.name}:' names no adapter after the ':'; send "
+                             f"'{route.name}' for the base model or '{route.name}:<adapter>'")
+        chosen = route.with_adapter(adapter)
+        # With no node serving the model at all, which adapters it has is unknown: the same
+        # "unavailable, retry shortly" as for the model itself, not a claim that it is absent.
+        if chosen.endpoints or not route.endpoints:
+            return chosen
+        loaded = route.adapters()
+        close = difflib.get_close_matches(adapter, loaded, n=3)
+        hint = f"; did you mean {', '.join(f'{route.name}:{c}' for c in close)}?" if close else ""
+        todo = "use one of those, or ask" if loaded else "ask"
+        raise ModelNotFound(f"adapter '{adapter}' is not loaded for model '{route.name}' on any "
+                            f"node{hint} (loaded for {route.name}: {', '.join(loaded) or 'none'}); "
+                            f"{todo} an operator to load it")
 
     def check_prompt_bytes(self, route: Route, prompt_bytes: int, field: str) -> None:
         """Refuse a prompt whose bytes alone prove it cannot fit the context: every token covers
@@ -99,6 +121,7 @@ class Gateway:
             "models": {
                 route.name: [
                     {"node": e.node, "triton_model": e.triton_model,
+                     "adapters": sorted(e.adapters),
                      "ejected": self.balancer.state(e).ejected(now),
                      "verified": self.balancer.state(e).verified,
                      "outstanding": self.balancer.state(e).outstanding,

@@ -4,11 +4,13 @@ frozen values the gateway can look requests up in."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 PRODUCTION = "production"
+# ``M:<adapter>`` selects a LoRA adapter of served name M; model and alias names have no colon.
+ADAPTER_SEPARATOR = ":"
 
 
 class OverLimit(StrEnum):
@@ -25,11 +27,16 @@ class Endpoint:
     grpc_url: str
     triton_model: str
     metrics_url: str | None = None
+    # The LoRA adapters loaded on this endpoint's deployment. Not part of the endpoint's
+    # identity: an adapter loading into a running engine changes neither the node's health nor
+    # its load, so the balancer keeps the endpoint's state (no probation) across the change.
+    adapters: frozenset[str] = field(default=frozenset(), compare=False)
 
 
 @dataclass(frozen=True)
 class Route:
-    """A served model name (``M`` for production, ``M.<alias>``) and the nodes serving it."""
+    """A served model name (``M`` for production, ``M.<alias>``, either with ``:<adapter>``)
+    and the nodes serving it."""
 
     name: str
     model: str
@@ -37,6 +44,17 @@ class Route:
     version: int | None
     max_model_len: int | None
     endpoints: tuple[Endpoint, ...]
+    # The LoRA adapter every request on this route asks for (``lora_name``); None: the base model.
+    adapter: str | None = None
+
+    def adapters(self) -> list[str]:
+        """The adapters loaded on at least one of the route's endpoints, sorted."""
+        return sorted({name for endpoint in self.endpoints for name in endpoint.adapters})
+
+    def with_adapter(self, adapter: str) -> Route:
+        """``<name>:<adapter>``: this route restricted to the endpoints where it is loaded."""
+        return replace(self, name=f"{self.name}{ADAPTER_SEPARATOR}{adapter}", adapter=adapter,
+                       endpoints=tuple(e for e in self.endpoints if adapter in e.adapters))
 
 
 @dataclass(frozen=True)
@@ -73,6 +91,12 @@ class RoutingTable:
 EMPTY = RoutingTable(revision="")
 
 
+def split_adapter(name: str) -> tuple[str, str | None]:
+    """``M.alias:sql`` → (``M.alias``, ``sql``); a name without an adapter → (name, None)."""
+    base, separator, adapter = name.partition(ADAPTER_SEPARATOR)
+    return (base, adapter) if separator else (name, None)
+
+
 def parse_table(document: Mapping[str, Any]) -> RoutingTable:
     """Parse the control plane's JSON; a malformed document raises ``ValueError``."""
     try:
@@ -80,7 +104,9 @@ def parse_table(document: Mapping[str, Any]) -> RoutingTable:
         for entry in document["models"]:
             endpoints = tuple(
                 Endpoint(node=e["node"], http_url=e["http_url"], grpc_url=e["grpc_url"],
-                         triton_model=e["triton_model"], metrics_url=e.get("metrics_url"))
+                         triton_model=e["triton_model"], metrics_url=e.get("metrics_url"),
+                         # Absent from an older control plane: no adapters there.
+                         adapters=frozenset(_names(e.get("adapters") or [], "adapters")))
                 for e in entry["endpoints"])
             routes[entry["name"]] = Route(
                 name=entry["name"], model=entry["model"], alias=entry["alias"],
@@ -101,3 +127,10 @@ def parse_table(document: Mapping[str, Any]) -> RoutingTable:
                             tenant_by_key_hash=by_hash)
     except (KeyError, TypeError) as exc:
         raise ValueError(f"malformed routing table: {type(exc).__name__}: {exc}") from None
+
+
+def _names(value: Any, field_name: str) -> list[str]:
+    # frozenset() of a string would silently make one adapter per character.
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise TypeError(f"{field_name} must be a list of names, got {value!r}")
+    return value

@@ -81,9 +81,10 @@ def load_variant(server: TritonServer, variant: Variant) -> float:
     return time.monotonic() - started
 
 
-def start_server(tag: str) -> TritonServer:
+def start_server(tag: str, repository_key: str | None = None) -> TritonServer:
     server = TritonServer(PROJECT_ROOT / "model_repository",
-                          log_path=CACHE_DIR / "logs" / f"bench-{tag}-tritonserver.log")
+                          log_path=CACHE_DIR / "logs" / f"bench-{tag}-tritonserver.log",
+                          repository_key=repository_key)
     server.start()
     return server
 

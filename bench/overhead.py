@@ -10,9 +10,11 @@ and concurrency so that a rare stall shows.
 
 A third path sends the same requests through Triton with a JSON Schema as structured output
 (vLLM's structured-output backend masks every step's logits with the schema's grammar), so the
-cost of structured outputs is measured beside the plain path, in the same run.
+cost of structured outputs is measured beside the plain path, in the same run. Two more paths
+measure LoRA: a variant of the model loaded with ``enable_lora`` and one adapter (random weights,
+rank 16, on q/v projections) loaded at run time, called without the adapter and with it.
 
-    make bench-overhead        (or: .venv/bin/python -m bench.overhead --cycles 4 --seconds 25)
+    make bench-overhead        (or: .venv/bin/python -m bench.overhead --cycles 3 --seconds 20)
 """
 
 from __future__ import annotations
@@ -35,7 +37,10 @@ from bench.common import (
     start_server,
     write_results,
 )
+from control_plane.demo_adapter import make_random_adapter
+from control_plane.triton.adapter_control import TritonAdapterControl
 from control_plane.triton.llm_client import GrpcStream
+from control_plane.triton.runtime import CACHE_DIR
 
 # Short generations, so that many requests start (where a stall would show) and per-request
 # overhead weighs more than with long ones.
@@ -46,6 +51,10 @@ STAGGER_S = 0.1
 # A request that waited this long for its first token was stalled (the no-load TTFT is ~30-60 ms).
 STALL_S = 0.4
 SHIPPED = Variant("smollm2", {}, {})
+LORA = Variant("smollm2-lora", {}, {"enable_lora": True, "max_loras": 1, "max_lora_rank": 16})
+ADAPTER = "bench-random"
+# The key of the bench server's repository API, which adapter control requests carry.
+BENCH_KEY = "bench-repository-key"
 # A schema whose answer is longer than max_tokens: every generated token is constrained.
 STRUCTURED = {**SAMPLING, "structured_outputs": {"json": {
     "type": "object", "properties": {"story": {"type": "string", "minLength": 400}},
@@ -123,19 +132,23 @@ def _steady(path: Any, concurrency: int, seconds: float, offset: int
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--cycles", type=int, default=4)
-    parser.add_argument("--seconds", type=float, default=25.0, help="length of each phase")
+    parser.add_argument("--cycles", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=20.0, help="length of each phase")
     args = parser.parse_args()
 
-    server = start_server("overhead")
+    server = start_server("overhead", repository_key=BENCH_KEY)
     direct: DirectEngine | None = None
     try:
-        load_s = {SHIPPED.name: load_variant(server, SHIPPED)}
+        load_s = {variant.name: load_variant(server, variant) for variant in (SHIPPED, LORA)}
+        adapter_dir = make_random_adapter(CACHE_DIR / "bench" / "adapters" / ADAPTER, rank=16,
+                                          seed=1)
+        TritonAdapterControl(server.grpc_url, BENCH_KEY).load(LORA.name, ADAPTER,
+                                                              str(adapter_dir))
         direct = DirectEngine(shipped_engine_args())
 
         # One persistent gRPC stream per concurrent client, as a real client keeps its channel.
         pools = {model: [GrpcStream(server.grpc_url, model) for _ in range(8)]
-                 for model in (SHIPPED.name,)}
+                 for model in (SHIPPED.name, LORA.name)}
 
         def via_triton(model: str, prompt: str, index: int,
                        sampling: dict[str, Any] = SAMPLING) -> Any:
@@ -153,6 +166,9 @@ def main() -> None:
             "triton": lambda prompt, index: via_triton(SHIPPED.name, prompt, index),
             "structured": lambda prompt, index: via_triton(SHIPPED.name, prompt, index,
                                                            STRUCTURED),
+            "lora_off": lambda prompt, index: via_triton(LORA.name, prompt, index),
+            "lora_on": lambda prompt, index: via_triton(LORA.name, prompt, index,
+                                                        {**SAMPLING, "lora_name": ADAPTER}),
         }
         for path in paths.values():  # warm-up, and every pooled stream connected
             _round([path(PROMPTS[0], i) for i in range(8)])
@@ -187,6 +203,11 @@ def main() -> None:
         data[f"structured_ratio_c{concurrency}"] = (
             data[f"structured_c{concurrency}"]["tokens_per_s"]
             / data[f"triton_c{concurrency}"]["tokens_per_s"])
+        data[f"lora_ratio_c{concurrency}"] = (data[f"lora_on_c{concurrency}"]["tokens_per_s"]
+                                              / data[f"lora_off_c{concurrency}"]["tokens_per_s"])
+        data[f"lora_engine_ratio_c{concurrency}"] = (
+            data[f"lora_off_c{concurrency}"]["tokens_per_s"]
+            / data[f"triton_c{concurrency}"]["tokens_per_s"])
     print_table("Output tokens/s: Triton + llm_vllm backend vs vLLM called directly",
                 ["path", "conc", "requests", "tok/s", "ttft p50 s", "ttft max s",
                  f"ttft>{STALL_S}s"], rows)
@@ -196,6 +217,10 @@ def main() -> None:
           f"c8 {data['triton_c8']['stalled_requests']} (goal 0)")
     print(f"structured outputs (JSON Schema) vs plain, through Triton: "
           f"c1 {data['structured_ratio_c1']:.3f}, c8 {data['structured_ratio_c8']:.3f} "
+          "(measured, no goal)")
+    print(f"LoRA adapter vs none, same enable_lora engine: c1 {data['lora_ratio_c1']:.3f}, "
+          f"c8 {data['lora_ratio_c8']:.3f}; enable_lora engine without adapter vs shipped: "
+          f"c1 {data['lora_engine_ratio_c1']:.3f}, c8 {data['lora_engine_ratio_c8']:.3f} "
           "(measured, no goal)")
     short = [key for key, value in data.items() if isinstance(value, dict)
              and value.get("requests", MIN_REQUESTS) < MIN_REQUESTS]

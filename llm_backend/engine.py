@@ -21,10 +21,19 @@ import jinja2
 from vllm import AsyncEngineArgs
 from vllm.exceptions import VLLMClientError
 from vllm.outputs import RequestOutput
+from vllm.platforms import current_platform
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError
 from vllm.v1.metrics.loggers import StatLoggerBase
 
+from llm_backend.adapter_control import AdapterAction, AdapterControl, state_json
+from llm_backend.adapters import (
+    AdapterLimits,
+    AdapterRegistry,
+    LoadedAdapter,
+    LoraTargets,
+    inspect_adapter,
+)
 from llm_backend.chat import INPUT_FORMAT_PARAMETER, ChatMessage
 from llm_backend.errors import BackendError, InvalidRequest, Unavailable
 from llm_backend.logprobs import NOT_REQUESTED, cumulative, logprobs_json
@@ -34,6 +43,8 @@ from llm_backend.settings import SettingsError
 
 log = logging.getLogger(__name__)
 
+# Imported by vLLM in its worker process on the CPU platform with enable_lora (cpu_lora_ops.py).
+CPU_LORA_EXTENSION = "llm_backend.cpu_lora_ops.SkipBaseTokensInCpuLoraOps"
 # How often in-flight requests are checked for client cancellation while no token arrives
 # (a request still in prefill, or waiting in vLLM's own queue).
 CANCEL_POLL_S = 0.05
@@ -50,6 +61,8 @@ class GenerationJob:
     aborted: bool = False
     # Whether a response went out yet: the prompt, when asked for, leads the first one only.
     responded: bool = False
+    # The LoRA adapter the request names (its lora_name); None: the base model.
+    adapter: LoadedAdapter | None = None
 
 
 class _SchedulerStatsRecorder(StatLoggerBase):
@@ -80,6 +93,19 @@ def engine_args_from(raw: dict[str, Any]) -> AsyncEngineArgs:
     return AsyncEngineArgs(**raw)
 
 
+def with_cpu_lora_fix(args: AsyncEngineArgs, on_cpu: bool) -> AsyncEngineArgs:
+    """On the CPU platform with LoRA: vLLM's worker loads our fix of its CPU LoRA ops."""
+    if not (on_cpu and args.enable_lora):
+        return args
+    if args.worker_extension_cls not in ("", CPU_LORA_EXTENSION):
+        raise SettingsError(
+            f"model.json worker_extension_cls: {args.worker_extension_cls!r}; with enable_lora "
+            f"on a CPU the backend needs it for {CPU_LORA_EXTENSION} (vLLM's CPU LoRA ops would "
+            "give base-model requests an adapter); leave it out")
+    args.worker_extension_cls = CPU_LORA_EXTENSION
+    return args
+
+
 class EngineHost:
     """The engine, its loop thread, and the requests it is generating."""
 
@@ -87,7 +113,7 @@ class EngineHost:
                  on_engine_dead: Callable[[BaseException], None],
                  stat_loggers: Sequence[Callable[[Any, int], StatLoggerBase]] = ()) -> None:
         """``stat_loggers``: further vLLM per-engine stat-logger factories, beside our own."""
-        self._args = engine_args_from(engine_args)
+        self._args = with_cpu_lora_fix(engine_args_from(engine_args), current_platform.is_cpu())
         self._metrics = metrics
         self._on_engine_dead = on_engine_dead
         self._stat_loggers = list(stat_loggers)
@@ -98,6 +124,11 @@ class EngineHost:
         self._jobs: dict[str, GenerationJob] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.dead: BaseException | None = None
+        # With engine arg enable_lora: the adapters loaded at run time (None: the engine has none).
+        self.adapters: AdapterRegistry | None = None
+        self._lora_targets: LoraTargets | None = None
+        # One adapter load at a time, so two cannot both pass the registry's limit.
+        self._adapter_loads = asyncio.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -108,6 +139,15 @@ class EngineHost:
         recorder = functools.partial(_SchedulerStatsRecorder, metrics=self._metrics)
         self._engine = AsyncLLM.from_engine_args(self._args,
                                                  stat_loggers=[recorder, *self._stat_loggers])
+        lora_config = self._engine.vllm_config.lora_config
+        if lora_config is not None:
+            try:
+                self._lora_targets = LoraTargets.from_hf_config(
+                    self._engine.vllm_config.model_config.hf_config)
+            except SettingsError:
+                self._engine.shutdown()
+                raise
+            self.adapters = AdapterRegistry(AdapterLimits.from_lora_config(lora_config))
         self._track(self._loop.create_task(self._watch_cancellations()))
 
     def _track(self, task: asyncio.Task[None]) -> None:
@@ -206,12 +246,19 @@ class EngineHost:
         progress = SequenceProgress()
         last_token_at: float | None = None
         finished = False
+        counted_on: LoadedAdapter | None = None
         self._metrics.observe_prompt_tokens(len(job.prompt_token_ids))
         try:
+            if job.adapter is not None and self.adapters is not None:
+                # Counted from here, so an unload waits for it; refused if it was unloaded while
+                # the request waited in the queue.
+                self.adapters.acquire(job.adapter)
+                counted_on = job.adapter
             outputs = self.engine.generate(
                 {"prompt_token_ids": job.prompt_token_ids},
                 request.sampling,
                 job.request_id,
+                lora_request=None if counted_on is None else counted_on.lora,
                 priority=request.priority,
             )
             async for output in outputs:
@@ -249,11 +296,93 @@ class EngineHost:
             if job.aborted and not finished:
                 job.sink.send(None, final=True)
             self._jobs.pop(job.request_id, None)
+            if counted_on is not None and self.adapters is not None:
+                self.adapters.release(counted_on)
             if request.tenant is not None:
                 # Once per request, at its end: each metric update is a blocking message to
                 # the Triton process.
                 self._metrics.observe_tenant_request(request.tenant, sum(progress.tokens.values()))
             job.on_done()
+
+    # -- LoRA adapters -----------------------------------------------------------------------
+    def submit_adapter_control(self, control: AdapterControl, sink: ResponseSink,
+                               drain_timeout_s: float) -> None:
+        """Carry out ``control`` on the loop thread, then answer with the adapters' state;
+        returns at once. An unload waits up to ``drain_timeout_s`` for the adapter's requests."""
+        if self.adapters is None:
+            raise RuntimeError("the engine was built without enable_lora")
+        registry = self.adapters
+
+        def start() -> None:
+            self._track(self._loop.create_task(
+                self._control_adapters(registry, control, sink, drain_timeout_s)))
+
+        self._loop.call_soon_threadsafe(start)
+
+    async def _control_adapters(self, registry: AdapterRegistry, control: AdapterControl,
+                                sink: ResponseSink, drain_timeout_s: float) -> None:
+        try:
+            if control.action is AdapterAction.LOAD and control.name and control.path:
+                await self._load_adapter(registry, control.name, control.path)
+            elif control.action is AdapterAction.UNLOAD and control.name:
+                await self._unload_adapter(registry, control.name, drain_timeout_s)
+            state = state_json(registry.snapshot(), registry.limits)
+            sink.send(OutputChunk(texts=[state], finish_reasons=[], num_output_tokens=[],
+                                  num_input_tokens=0), final=True)
+        except EngineDeadError as exc:
+            self.dead = exc
+            sink.fail(Unavailable(f"the vLLM engine died ({exc}); the model is being unloaded"))
+            self._on_engine_dead(exc)
+        except BackendError as exc:
+            sink.fail(exc)
+        except asyncio.CancelledError:
+            sink.fail(Unavailable("the model is unloading"))
+            raise
+        except Exception as exc:
+            log.exception("adapter %s failed", control.action.value)
+            sink.fail(BackendError(f"adapter {control.action.value} failed: "
+                                   f"{type(exc).__name__}: {exc}"))
+
+    async def _load_adapter(self, registry: AdapterRegistry, name: str, path: str) -> None:
+        async with self._adapter_loads:
+            if registry.plan_load(name, path) is not None:
+                return
+            if self._lora_targets is None:
+                raise RuntimeError("LoRA targets are unknown")
+            started = time.monotonic()
+            # Disk reads, off the loop: streams keep flowing meanwhile.
+            files = await asyncio.to_thread(inspect_adapter, path, self._lora_targets,
+                                            self.engine.vllm_config.lora_config)
+            adapter = registry.new_adapter(name, files)
+            if not await self.engine.add_lora(adapter.lora):
+                raise BackendError(f"vLLM did not load adapter {name!r}: it already holds id "
+                                   f"{adapter.lora.lora_int_id}")
+            registry.register(adapter)
+        log.info("LoRA adapter %s loaded from %s (rank %s) in %.0f ms", name, files.path,
+                 files.rank, (time.monotonic() - started) * 1000)
+
+    async def _unload_adapter(self, registry: AdapterRegistry, name: str,
+                              drain_timeout_s: float) -> None:
+        adapter = registry.begin_unload(name)
+        if adapter is None:
+            return
+        deadline = time.monotonic() + drain_timeout_s
+        while adapter.requests_in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(CANCEL_POLL_S)
+        # Past the drain time: vLLM would reload a removed adapter from its path for a request
+        # still naming it, so those requests end here.
+        leftover = [job for job in self._jobs.values() if job.adapter is adapter and not job.aborted]
+        for job in leftover:
+            job.aborted = True
+            job.sink.fail(Unavailable(f"adapter {name!r} was unloaded before the request "
+                                      f"finished (drain_timeout_seconds {drain_timeout_s:g})"))
+        if leftover:
+            await self.engine.abort([job.request_id for job in leftover])
+        async with self._adapter_loads:
+            if registry.remove(adapter):
+                await self.engine.remove_lora(adapter.lora.lora_int_id)
+                log.info("LoRA adapter %s unloaded (%d requests cut at the drain time)", name,
+                         len(leftover))
 
     @staticmethod
     def _count_new_tokens(output: RequestOutput, progress: SequenceProgress, delta: bool) -> int:

@@ -26,6 +26,12 @@ from typing import Any  # noqa: E402
 
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
+from llm_backend.adapter_control import (  # noqa: E402
+    REPOSITORY_KEY_ENV,
+    ControlKey,
+    is_control_request,
+    parse_control,
+)
 from llm_backend.admission import Admission  # noqa: E402
 from llm_backend.devices import engine_device_environment  # noqa: E402
 from llm_backend.engine import EngineHost, GenerationJob  # noqa: E402
@@ -77,6 +83,7 @@ class TritonPythonModel:
         self._unloading_self = threading.Lock()
         # Read once: tritonserver's environment, which the stub inherits.
         self._gateway = GatewayTrust.from_environment()
+        self._control_key = ControlKey.from_environment()
         self._metrics = TritonBackendMetrics(pb_utils, self._name, self._version, self._levels.count)
         # The stock vLLM backend's vllm:* families, for dashboards built for it.
         self._stock_metrics = (StockMetricsFactory(pb_utils, self._name, self._version)
@@ -110,6 +117,12 @@ class TritonPythonModel:
                  bytes_note, "yes" if self._engine.has_chat_template else "none",
                  f"trusted from the gateway ({GATEWAY_SECRET_ENV} set)" if self._gateway.configured
                  else f"refused ({GATEWAY_SECRET_ENV} not set)")
+        if self._engine.adapters is not None:
+            limits = self._engine.adapters.limits
+            log.info("llm_backend %s/%s LoRA adapters: up to %s loaded, rank <= %s; adapter "
+                     "control: %s", self._name, self._version, limits.max_adapters,
+                     limits.max_lora_rank, f"with the node's {REPOSITORY_KEY_ENV}"
+                     if self._control_key.key else f"refused ({REPOSITORY_KEY_ENV} not set)")
 
     def _token_bytes_bound(self) -> tuple[TokenBytes | None, str]:
         """The byte bound for early refusals, and how the load log describes it."""
@@ -157,14 +170,35 @@ class TritonPythonModel:
             except BackendError as exc:
                 sink.fail(exc)
                 continue
-            self._accept(request, parameters, sink)
+            if is_control_request(parameters):
+                self._accept_control(parameters, sink)
+            else:
+                self._accept(request, parameters, sink)
+
+    def _check_serving(self) -> None:
+        if self._engine.dead is not None:
+            raise Unavailable(f"the vLLM engine died ({self._engine.dead}); the model is being unloaded")
+        if self._closing:
+            raise Unavailable("the model is unloading")
+
+    def _accept_control(self, parameters: dict[str, Any], sink: TritonResponseSink) -> None:
+        # Not queued: a control request takes no engine slot, and runs on the engine's loop.
+        try:
+            self._check_serving()
+            control = parse_control(parameters, self._control_key)
+            if self._engine.adapters is None:
+                raise InvalidRequest(
+                    "adapter_control",
+                    f"model {self._name} was loaded without enable_lora; its version's "
+                    "engine_args must set enable_lora, max_loras and max_lora_rank")
+        except BackendError as exc:
+            sink.fail(exc)
+            return
+        self._engine.submit_adapter_control(control, sink, self._settings.drain_timeout_s)
 
     def _accept(self, request: Any, parameters: dict[str, Any], sink: TritonResponseSink) -> None:
         try:
-            if self._engine.dead is not None:
-                raise Unavailable(f"the vLLM engine died ({self._engine.dead}); the model is being unloaded")
-            if self._closing:
-                raise Unavailable("the model is unloading")
+            self._check_serving()
             generation = parse_request(read_raw_request(pb_utils, request, parameters),
                                        self._levels, self._gateway)
             if not self._settings.priority_passthrough:
@@ -173,11 +207,14 @@ class TritonPythonModel:
             if messages is not None:
                 generation = replace(generation, prompt=self._engine.render_chat(messages))
             sink.generation = generation
+            adapter = None
             if generation.lora_name is not None:
-                raise InvalidRequest(
-                    "sampling_parameters.lora_name",
-                    f"{generation.lora_name!r}: model {self._name} serves no LoRA adapters; "
-                    "send the request without lora_name")
+                if self._engine.adapters is None:
+                    raise InvalidRequest(
+                        "sampling_parameters.lora_name",
+                        f"{generation.lora_name!r}: model {self._name} serves no LoRA adapters; "
+                        "send the request without lora_name")
+                adapter = self._engine.adapters.lookup(generation.lora_name)
             truncate = generation.truncate_prompt_tokens
             if truncate is None:
                 # A prompt that cannot fit is refused from its length, before costly tokenizing
@@ -199,7 +236,8 @@ class TritonPythonModel:
             sink.fail(BackendError(f"request could not be prepared: {type(exc).__name__}: {exc}"))
             return
         level = generation.priority or self._levels.default
-        job = GenerationJob(generation, prompt_ids, sink, lambda: self._finished(level))
+        job = GenerationJob(generation, prompt_ids, sink, lambda: self._finished(level),
+                            adapter=adapter)
         try:
             self._scheduler.submit(job, level, generation.queue_timeout_s)
         except QueueRejected as exc:

@@ -24,6 +24,9 @@ ENGINE_ENVIRONMENT = {
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
 }
+# The backend takes LoRA adapter control requests only with the node's repository key
+# (llm_backend/adapter_control.py reads it from its environment, tritonserver's).
+REPOSITORY_KEY_VARIABLE = "LLM_REPOSITORY_KEY"
 
 
 def free_port() -> int:
@@ -100,6 +103,10 @@ class TritonServer:
         for key, value in ENGINE_ENVIRONMENT.items():
             env.setdefault(key, value)
         env.setdefault("LLM_MODELS_DIR", str(CACHE_DIR / "models"))
+        # Never one inherited from our own environment: a node without a key takes no control.
+        env.pop(REPOSITORY_KEY_VARIABLE, None)
+        if self.repository_key is not None:
+            env[REPOSITORY_KEY_VARIABLE] = self.repository_key
         return env
 
     def start(self, timeout: float = 60.0) -> None:

@@ -19,6 +19,7 @@ import httpx
 import psutil
 import tritonclient.http as httpclient
 
+from control_plane.triton import restricted_api
 from control_plane.triton.llm_client import GrpcStream, StreamResult
 from control_plane.triton.model_config import (
     model_json_bytes,
@@ -77,7 +78,9 @@ def load_variant(server: TritonServer, variant: Variant) -> float:
     started = time.monotonic()
     with httpclient.InferenceServerClient(server.http_url, network_timeout=900) as client:
         client.load_model(variant.name, config=to_load_json(config),
-                          files={"file:1/model.json": model_json_bytes(engine_args)})
+                          files={"file:1/model.json": model_json_bytes(engine_args)},
+                          headers=(restricted_api.http_headers(server.repository_key)
+                                   if server.repository_key else None))
     return time.monotonic() - started
 
 

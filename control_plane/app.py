@@ -12,6 +12,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from control_plane.adapters import loading as adapter_loading
+from control_plane.adapters import work as adapter_work
+from control_plane.adapters.actuator import AdapterActuator
+from control_plane.adapters.reconciler import AdapterReconciler
+from control_plane.adapters.routes import router as adapters_router
 from control_plane.auth.routes import router as auth_router
 from control_plane.db import make_engine, make_session_factory, transaction
 from control_plane.deployments import service as deployments
@@ -36,7 +41,7 @@ from control_plane.reservations.routes import router as placement_router
 from control_plane.routing.routes import router as routing_router
 from control_plane.settings import Settings
 from control_plane.tenants.routes import router as tenants_router
-from control_plane.triton import config_builder, node_control
+from control_plane.triton import adapter_control, config_builder, node_control
 from control_plane.webhooks import outbox
 from control_plane.webhooks.routes import router as webhooks_router
 from control_plane.webhooks.sender import WebhookSender
@@ -102,14 +107,20 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     webhook_sender = WebhookSender.from_settings(session_factory, settings)
     actuator = Actuator(session_factory, node_control.connect, config_builder.load_request,
                         placer=placer)
+    adapter_actuator = AdapterActuator(session_factory, adapter_control.connect)
     elections: list[LeaderElection] = []
     reconciler = Reconciler(actuator, interval_s=settings.reconcile_interval_seconds,
                             is_leader=lambda: bool(elections) and elections[-1].is_leader,
-                            min_triton_version=settings.min_triton_version)
+                            min_triton_version=settings.min_triton_version,
+                            steps=[AdapterReconciler(adapter_actuator)])
     # After each deployment operation the reconciler looks again at once, whatever the outcome.
     runner.register(deployments.APPLY, deployment_work.make_apply(actuator, reconciler.trigger))
     runner.register(deployments.REMOVE, deployment_work.make_remove(actuator, reconciler.trigger))
     runner.register(deployments.SWAP, deployment_work.make_swap(actuator, reconciler.trigger))
+    runner.register(adapter_loading.LOAD, adapter_work.make_load(adapter_actuator,
+                                                                 actuator.node_lock))
+    runner.register(adapter_loading.UNLOAD, adapter_work.make_unload(adapter_actuator,
+                                                                     actuator.node_lock))
     promotion_driver = PromotionDriver(
         session_factory, runner, settings.source_roots, publish=outbox.publish,
         after_commit=webhook_sender.trigger,
@@ -179,6 +190,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.include_router(registry_router, prefix="/api/v1")
     app.include_router(nodes_router, prefix="/api/v1")
     app.include_router(deployments_router, prefix="/api/v1")
+    app.include_router(adapters_router, prefix="/api/v1")
     app.include_router(operations_router, prefix="/api/v1")
     app.include_router(placement_router, prefix="/api/v1")
     app.include_router(auth_router, prefix="/api/v1")

@@ -5,7 +5,8 @@ ControlPlaneError (500)
 │   ├── InvalidSource
 │   ├── UnknownEngineArgument
 │   ├── InvalidTritonConfig
-│   └── ValidationFailed
+│   ├── ValidationFailed
+│   └── InvalidAdapter
 ├── NotFound (404)
 │   ├── ModelNotFound
 │   ├── VersionNotFound
@@ -15,7 +16,10 @@ ControlPlaneError (500)
 │   ├── TokenNotFound
 │   ├── DeploymentNotFound
 │   ├── TenantNotFound
-│   └── InferenceKeyNotFound
+│   ├── InferenceKeyNotFound
+│   ├── AdapterNotFound
+│   ├── DeploymentIdNotFound
+│   └── AdapterNotOnDeployment
 ├── Conflict (409)
 │   ├── ModelAlreadyExists
 │   ├── NodeAlreadyExists
@@ -25,14 +29,19 @@ ControlPlaneError (500)
 │   ├── InvalidAliasTarget
 │   ├── InUseByDeployments
 │   ├── OperationInProgress
-│   └── PlacementRefused
+│   ├── PlacementRefused
+│   ├── AdapterAlreadyExists
+│   ├── AdapterInUse
+│   ├── AdapterOfAnotherVersion
+│   └── DeploymentNotReady
 ├── Unauthorized (401)
 ├── Forbidden (403)
 ├── PreconditionFailed (412)
 ├── DatabaseUnavailable (503)
 └── NodeError (502): raised inside operations; the operation's error carries the message
     ├── NodeUnavailable
-    └── DeploymentFailed
+    ├── DeploymentFailed
+    └── AdapterRefused: the backend refused an adapter request (its reason)
 
 The domain code raises these without knowing about HTTP frameworks; ``error_handlers`` turns them
 into ``{"error": <class name>, "detail": <message>}``.
@@ -68,6 +77,10 @@ class InvalidTritonConfig(InvalidRequest):
 
 
 class ValidationFailed(InvalidRequest):
+    pass
+
+
+class InvalidAdapter(InvalidRequest):
     pass
 
 
@@ -127,6 +140,24 @@ class InferenceKeyNotFound(NotFound):
         super().__init__(f"tenant '{tenant}' has no inference API key with id {key_id}; list its "
                          f"keys with GET /api/v1/tenants/{tenant}/keys or 'llmctl tenants keys "
                          f"list {tenant}'")
+
+
+class AdapterNotFound(NotFound):
+    def __init__(self, model: str, number: int, name: str) -> None:
+        super().__init__(f"version {number} of model '{model}' has no adapter '{name}'; list "
+                         f"them with GET /api/v1/models/{model}/versions/{number}/adapters")
+
+
+class DeploymentIdNotFound(NotFound):
+    def __init__(self, deployment_id: int) -> None:
+        super().__init__(f"there is no deployment {deployment_id}; list them (with their ids) "
+                         "with GET /api/v1/deployments")
+
+
+class AdapterNotOnDeployment(NotFound):
+    def __init__(self, deployment: str, name: str) -> None:
+        super().__init__(f"adapter '{name}' is not loaded on deployment {deployment}; list what "
+                         "is with GET /api/v1/deployments/<id>/adapters")
 
 
 class Conflict(ControlPlaneError):
@@ -189,6 +220,24 @@ class PlacementRefused(Conflict):
         self.refusal = refusal
 
 
+class AdapterAlreadyExists(Conflict):
+    def __init__(self, model: str, number: int, name: str) -> None:
+        super().__init__(f"version {number} of model '{model}' already has an adapter '{name}'; "
+                         "adapters are immutable: pick another name, or delete it first")
+
+
+class AdapterInUse(Conflict):
+    pass
+
+
+class AdapterOfAnotherVersion(Conflict):
+    pass
+
+
+class DeploymentNotReady(Conflict):
+    pass
+
+
 class Unauthorized(ControlPlaneError):
     status_code = 401
 
@@ -214,4 +263,8 @@ class NodeUnavailable(NodeError):
 
 
 class DeploymentFailed(NodeError):
+    pass
+
+
+class AdapterRefused(NodeError):
     pass

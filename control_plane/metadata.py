@@ -6,6 +6,7 @@ that is missing here would look like a table to drop.
 
 from __future__ import annotations
 
+from control_plane.adapters import orm as adapters_orm
 from control_plane.auth import orm as auth_orm
 from control_plane.db import Base
 from control_plane.deployments import orm as deployments_orm
@@ -20,4 +21,4 @@ from control_plane.webhooks import orm as webhooks_orm
 
 target_metadata = Base.metadata
 
-__all__ = ["auth_orm", "deployments_orm", "idempotency_orm", "nodes_orm", "operations_orm", "promotions_orm", "registry_orm", "reservations_orm", "target_metadata", "tenants_orm", "webhooks_orm"]
+__all__ = ["adapters_orm", "auth_orm", "deployments_orm", "idempotency_orm", "nodes_orm", "operations_orm", "promotions_orm", "registry_orm", "reservations_orm", "target_metadata", "tenants_orm", "webhooks_orm"]

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import select
 
@@ -41,6 +41,17 @@ log = logging.getLogger(__name__)
 ACTOR = "reconciler"
 
 
+class NodeStep(Protocol):
+    """More to reconcile on a node that answered, once its deployments are (their adapters):
+    in the same pass, under the node's lock. Returns its part of the pass's record and the
+    errors it met on the node, which it does not raise."""
+
+    name: str
+
+    def __call__(self, node_id: int, endpoint: NodeEndpoint
+                 ) -> tuple[dict[str, Any], list[str]]: ...
+
+
 @dataclass
 class NodeReport:
     """What one pass did on one node: for logs, the node's status, and tests."""
@@ -49,22 +60,28 @@ class NodeReport:
     reachable: bool
     plan: Plan | None = None
     errors: list[str] = field(default_factory=list)
+    # What each NodeStep did, by its name.
+    steps: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         return {"node": self.node, "reachable": self.reachable, "errors": self.errors,
                 "plan": None if self.plan is None else {
                     "actions": [{"action": type(a).__name__, **asdict(a)}
                                 for a in self.plan.actions],
-                    "skipped": [list(item) for item in self.plan.skipped]}}
+                    "skipped": [list(item) for item in self.plan.skipped]},
+                "steps": self.steps}
 
 
 class Reconciler:
     def __init__(self, actuator: Actuator, interval_s: float = 10.0,
                  is_leader: Callable[[], bool] = lambda: True,
-                 min_triton_version: str | None = None) -> None:
+                 min_triton_version: str | None = None, steps: Sequence[NodeStep] = ()
+                 ) -> None:
         """``min_triton_version``: nodes on an older Triton are logged, once per node and
-        version; None: no floor."""
+        version; None: no floor. ``steps`` run on each node that answered, after its
+        deployments."""
         self.actuator = actuator
+        self.steps = tuple(steps)
         self.session_factory = actuator.session_factory
         self.interval_s = interval_s
         self.is_leader = is_leader
@@ -157,6 +174,9 @@ class Reconciler:
             except ControlPlaneError as exc:
                 report.errors.append(exc.message)
                 log.warning("reconcile %s on node %s: %s", action, endpoint.name, exc.message)
+        for step in self.steps:
+            report.steps[step.name], errors = step(node_id, endpoint)
+            report.errors.extend(errors)
         self._record(node_id, NodeHealth.UP, "; ".join(report.errors), report, server_version)
         return report
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from control_plane.deployments.orm import Deployment, DeploymentState, NodeHealth, NodeStatus
 from control_plane.operations.schemas import OperationOut
 
 
 class DeploymentOut(BaseModel):
+    id: int = Field(description="names the deployment in /api/v1/deployments/{id}/adapters")
     model: str
     alias: str
     node: str
@@ -26,7 +27,7 @@ class DeploymentOut(BaseModel):
 
     @classmethod
     def of(cls, deployment: Deployment) -> DeploymentOut:
-        return cls(model=deployment.model.name, alias=deployment.alias,
+        return cls(id=deployment.id, model=deployment.model.name, alias=deployment.alias,
                    node=deployment.node.name, triton_name=deployment.triton_name,
                    wanted=deployment.wanted, state=DeploymentState(deployment.state),
                    serving_version=deployment.serving_version, error=deployment.error,

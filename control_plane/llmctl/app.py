@@ -14,6 +14,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from control_plane.llmctl.commands.adapters import adapters_app, deployment_adapters_app
 from control_plane.llmctl.commands.aliases import aliases_app
 from control_plane.llmctl.commands.deployments import deployments_app
 from control_plane.llmctl.commands.models import models_app
@@ -42,6 +43,9 @@ app.add_typer(models_app, name="models")
 app.add_typer(versions_app, name="versions")
 app.add_typer(aliases_app, name="aliases")
 app.add_typer(deployments_app, name="deployments")
+# Here rather than in deployments.py, which the adapters' commands import.
+deployments_app.add_typer(deployment_adapters_app, name="adapters")
+app.add_typer(adapters_app, name="adapters")
 app.command("promote")(promote)
 app.command("rollback")(rollback)
 app.add_typer(promotions_app, name="promotions")

@@ -17,6 +17,8 @@ class RoutedEndpoint(BaseModel):
     triton_model: str = Field(description="the Triton model name to send requests to")
     version: int = Field(description="the version the node serves (during a swap, the old one "
                                      "until the new one is ready)")
+    adapters: list[str] = Field(description="names of the LoRA adapters loaded there, sorted: "
+                                            "what a request may name as lora_name")
 
 
 class RoutedModel(BaseModel):

@@ -32,8 +32,10 @@ MAX_WAIT_S = 60.0
 
 def routing_table(session: Session) -> RoutingTable:
     """The table as the database holds it now."""
-    rows = RoutingRepository(session).routable()
-    models = [_model(list(group))
+    repository = RoutingRepository(session)
+    rows = repository.routable()
+    adapters = repository.loaded_adapters()
+    models = [_model(list(group), adapters)
               for _, group in groupby(rows, key=lambda row: (row.model, row.alias))]
     models.sort(key=lambda model: model.name)
     hashes = InferenceKeyRepository(session).active_hashes()
@@ -56,12 +58,13 @@ def revision_of(models: list[RoutedModel], tenants: list[RoutedTenant]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _model(rows: list[Row[Any]]) -> RoutedModel:
+def _model(rows: list[Row[Any]], adapters: dict[int, list[str]]) -> RoutedModel:
     first = rows[0]
     max_model_len = first.engine_args.get("max_model_len")
     endpoints = [RoutedEndpoint(node=row.node, http_url=urlsplit(row.http_url).netloc,
                                 grpc_url=row.grpc_url, metrics_url=row.metrics_url,
-                                triton_model=row.triton_name, version=row.serving_version)
+                                triton_model=row.triton_name, version=row.serving_version,
+                                adapters=adapters.get(row.deployment_id, []))
                  for row in rows]
     return RoutedModel(name=triton_model_name(first.model, first.alias), model=first.model,
                        alias=first.alias, version=first.alias_version,

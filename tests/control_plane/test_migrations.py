@@ -16,7 +16,8 @@ from tests.control_plane.conftest import fresh_database
 TABLES = {"alias_moves", "api_tokens", "audit_events", "idempotency_keys", "model_aliases",
           "deployments", "gpu_reservations", "models", "model_versions", "node_status", "operations",
           "triton_nodes", "promotions", "webhook_subscriptions", "webhook_events",
-          "webhook_deliveries", "tenants", "inference_api_keys"}
+          "webhook_deliveries", "tenants", "inference_api_keys", "adapters",
+          "deployment_adapters"}
 
 
 def _tables(url: str) -> set[str]:

@@ -157,7 +157,7 @@ SECURED = sorted((method.upper(), path) for path, operations in OPENAPI["paths"]
                  for method, operation in operations.items() if operation.get("security"))
 PATH_VALUES = {"name": "m", "model": "m", "number": 1, "alias": "production", "node": "spare",
                "operation_id": "0" * 32, "webhook_id": "0" * 32,
-               "promotion_id": "0" * 32, "key_id": 1}
+               "promotion_id": "0" * 32, "key_id": 1, "deployment_id": 1, "adapter": "a"}
 
 
 def test_every_operation_without_a_token_is_a_documented_401(client: TestClient) -> None:

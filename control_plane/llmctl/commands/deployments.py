@@ -23,12 +23,13 @@ NodeOption = Annotated[str, typer.Option("--node", metavar="NODE",
                                          help="a registered node's name")]
 
 
-def _deployment_path(model: str, alias: str, node: str) -> str:
+def deployment_path(model: str, alias: str, node: str) -> str:
     return f"{aliases_path(model, alias)}/deployments/{segment(node)}"
 
 
 def show_deployment(out: Output, deployment: dict[str, Any], title: str | None = None) -> None:
-    out.fields([("model", deployment["model"]), ("alias", deployment["alias"]),
+    out.fields([("id", deployment["id"]), ("model", deployment["model"]),
+                ("alias", deployment["alias"]),
                 ("node", deployment["node"]), ("state", deployment["state"]),
                 ("serving_version", deployment["serving_version"]),
                 ("wanted", deployment["wanted"]), ("triton_name", deployment["triton_name"]),
@@ -38,7 +39,7 @@ def show_deployment(out: Output, deployment: dict[str, Any], title: str | None =
 
 def _change(run: Invocation, method: str, model: str, alias: str, node: str, wait: bool,
             timeout_s: float, done: str) -> None:
-    path = _deployment_path(model, alias, node)
+    path = deployment_path(model, alias, node)
     started = run.client.request(method, path).body
     if not wait:
         operation = started["operation"]
@@ -91,7 +92,7 @@ def status(ctx: typer.Context, model: ModelArgument,
         if node is None:
             raise usage_error("--alias needs --node to name one deployment; or give only --node, "
                               "or neither, to list them")
-        deployment = run.client.get(_deployment_path(model, alias, node))
+        deployment = run.client.get(deployment_path(model, alias, node))
         run.out.present(deployment, lambda: show_deployment(run.out, deployment))
         return
     page = run.client.get("/deployments", {"model": model, "node": node, "limit": limit,

@@ -142,14 +142,15 @@ def test_the_table_lists_what_serves_now(client: TestClient, reader: dict[str, s
         {"name": "smollm2", "model": "smollm2", "alias": "production", "version": 1,
          "max_model_len": 2048, "endpoints": [
              {"node": "node-a", "http_url": "10.0.0.1:8000", "grpc_url": "10.0.0.1:8001",
-              "metrics_url": None, "triton_model": "smollm2", "version": 1},
+              "metrics_url": None, "triton_model": "smollm2", "version": 1, "adapters": []},
              {"node": "node-b", "http_url": "10.0.0.2:8000", "grpc_url": "10.0.0.2:8001",
               "metrics_url": "http://10.0.0.2:8002/metrics", "triton_model": "smollm2",
-              "version": 1}]},
+              "version": 1, "adapters": []}]},
         {"name": "smollm2.staging", "model": "smollm2", "alias": "staging", "version": 2,
          "max_model_len": None, "endpoints": [
              {"node": "node-a", "http_url": "10.0.0.1:8000", "grpc_url": "10.0.0.1:8001",
-              "metrics_url": None, "triton_model": "smollm2.staging", "version": 2}]},
+              "metrics_url": None, "triton_model": "smollm2.staging", "version": 2,
+              "adapters": []}]},
     ]
     assert document["tenants"] == []
 

@@ -1,0 +1,1 @@
+"""LoRA adapters: registered under a model version, loaded on deployments at run time."""

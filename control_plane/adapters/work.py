@@ -21,29 +21,27 @@ def _succeed(context: OperationContext, result: dict[str, object]) -> None:
             raise PreconditionFailed(f"operation {context.operation_id} was ended elsewhere")
 
 
-def make_load(actuator: AdapterActuator, node_lock: NodeLock
-              ) -> Callable[[OperationContext], None]:
+def _make(actuator: AdapterActuator, node_lock: NodeLock, action: str
+          ) -> Callable[[OperationContext], None]:
+    """The work of ``action`` ("load" or "unload"): the two differ only in the call."""
     def work(context: OperationContext) -> None:
         row_id = context.arguments["deployment_adapter_id"]
         with node_lock(actuator.target(row_id).node_id):
             # Read again under the lock: a reconcile pass may have just finished with it.
             target = actuator.target(row_id)
-            listing = actuator.load(target, context.created_by)
-        _succeed(context, {"loaded": target.name, "node": target.endpoint.name,
+            send = actuator.load if action == "load" else actuator.unload
+            listing = send(target, context.created_by)
+        _succeed(context, {f"{action}ed": target.name, "node": target.endpoint.name,
                            "triton_name": target.triton_name, "backend": listing.as_json()})
 
     return work
+
+
+def make_load(actuator: AdapterActuator, node_lock: NodeLock
+              ) -> Callable[[OperationContext], None]:
+    return _make(actuator, node_lock, "load")
 
 
 def make_unload(actuator: AdapterActuator, node_lock: NodeLock
                 ) -> Callable[[OperationContext], None]:
-    def work(context: OperationContext) -> None:
-        row_id = context.arguments["deployment_adapter_id"]
-        with node_lock(actuator.target(row_id).node_id):
-            # Read again under the lock: a reconcile pass may have just finished with it.
-            target = actuator.target(row_id)
-            listing = actuator.unload(target, context.created_by)
-        _succeed(context, {"unloaded": target.name, "node": target.endpoint.name,
-                           "triton_name": target.triton_name, "backend": listing.as_json()})
-
-    return work
+    return _make(actuator, node_lock, "unload")

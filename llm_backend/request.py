@@ -129,15 +129,12 @@ def parse_request(raw: RawRequest, levels: PriorityLevels,
             for key, value in raw.parameters.items()
             if key not in NON_SAMPLING_PARAMETERS
         }
-    client_sampling = parse_sampling(sampling_raw, streaming=streaming)
+    # A cumulative logprob needs vLLM to compute the sampled token's logprob; the logprobs
+    # output still says null when the client asked for none, as the stock one does.
+    client_sampling = parse_sampling(sampling_raw, streaming=streaming,
+                                     sampled_logprob=bool(raw.return_cumulative_logprob))
     sampling = client_sampling.params
-    logprobs_requested = sampling.logprobs is not None
-    if raw.return_cumulative_logprob and sampling.logprobs is None:
-        # vLLM sums logprobs only while it computes them; 0 asks for the sampled token's alone,
-        # which changes nothing else (the logprobs output still says null, as the stock one
-        # does when the client asked for none).
-        sampling = sampling.clone()
-        sampling.logprobs = 0
+    logprobs_requested = client_sampling.logprobs_requested
 
     priority, priority_from_client = _priority(raw.parameters, levels)
     # The stock backend includes the prompt in non-streaming output unless told not to; a stream

@@ -64,6 +64,8 @@ class ClientSampling:
     lora_name: str | None = None
     # Keep only the last this many prompt tokens; None: the whole prompt.
     truncate_prompt_tokens: int | None = None
+    # The client's own "logprobs" (params.logprobs may be 0 for a cumulative logprob alone).
+    logprobs_requested: bool = False
 
 
 def parse_json_object(text: str, field: str) -> dict[str, Any]:
@@ -148,11 +150,14 @@ def _unknown(key: str) -> InvalidRequest:
                           f"{reason} (accepted: {', '.join(sorted(ACCEPTED_KEYS))})")
 
 
-def parse_sampling(raw: Mapping[str, Any], *, streaming: bool) -> ClientSampling:
+def parse_sampling(raw: Mapping[str, Any], *, streaming: bool,
+                   sampled_logprob: bool = False) -> ClientSampling:
     """Validate ``raw`` and build the vLLM ``SamplingParams`` for it.
 
     Unknown keys are refused with the closest known names, so a typo never silently falls back to
     a default. Range checks are vLLM's own; its message is passed on with the field named.
+    ``sampled_logprob`` has vLLM compute at least the sampled token's logprob (vLLM sums the
+    cumulative logprob only while it computes them), changing nothing else.
     """
     kwargs: dict[str, Any] = {}
     lora_name: str | None = None
@@ -179,11 +184,14 @@ def parse_sampling(raw: Mapping[str, Any], *, streaming: bool) -> ClientSampling
             raise _unknown(key)
     # Deltas keep streaming O(n); a non-streaming request only needs the final output.
     kwargs["output_kind"] = RequestOutputKind.DELTA if streaming else RequestOutputKind.FINAL_ONLY
+    requested = kwargs.get("logprobs") is not None
+    if sampled_logprob and not requested:
+        kwargs["logprobs"] = 0
     try:
         params = SamplingParams(**kwargs)
     except (ValueError, TypeError, VLLMClientError) as exc:
         raise _vllm_refusal(exc, raw) from None
-    return ClientSampling(params, lora_name, truncate)
+    return ClientSampling(params, lora_name, truncate, requested)
 
 
 def build_sampling_params(raw: Mapping[str, Any], *, streaming: bool) -> SamplingParams:

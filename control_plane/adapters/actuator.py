@@ -21,6 +21,8 @@ from control_plane.adapters.control import (
 )
 from control_plane.adapters.orm import AdapterState, DeploymentAdapter
 from control_plane.adapters.repository import DeploymentAdapterRepository
+from control_plane.auth import audit
+from control_plane.auth.scopes import Actor, Scope
 from control_plane.db import transaction
 from control_plane.deployments.specs import NodeEndpoint
 from control_plane.errors import (
@@ -120,6 +122,23 @@ class AdapterActuator:
             raise
         self.forget(target, AdapterState.UNLOADING)
         return listing
+
+    def carry(self, target: AdapterTarget, to_version: int, actor: str) -> AdapterTarget:
+        """Want version ``to_version``'s adapter of the target's name on the deployment instead
+        (audited), and return the new target, loading."""
+        with transaction(self.session_factory) as session:
+            repository = DeploymentAdapterRepository(session)
+            row = repository.get(target.row_id)
+            if row is None or not repository.carry(row.id, row.adapter_id,
+                                                   row.deployment.model_id, to_version, actor):
+                raise PreconditionFailed(f"adapter '{target.name}' on {target.where} changed "
+                                         f"while being carried to version {to_version}")
+            audit.record(session, Actor(name=actor, scope=Scope.WRITE), "adapter.carry",
+                         "deployment_adapter", f"{row.deployment.model.name}/"
+                         f"{row.deployment.alias}@{target.endpoint.name}/{target.name}",
+                         before={"version": target.version, "state": target.state.value},
+                         after={"version": to_version, "state": AdapterState.LOADING.value})
+            return target_of(repository.get(target.row_id))  # type: ignore[arg-type]
 
     def mark(self, target: AdapterTarget, state: AdapterState, actor: str,
              error: str | None = None) -> None:

@@ -48,7 +48,7 @@ def target_of(deployment: Deployment, name: str) -> str:
 
 def snapshot(row: DeploymentAdapter) -> dict[str, Any]:
     return {"deployment_id": row.deployment_id, "adapter": row.adapter.name,
-            "version": row.adapter.version.number, "state": row.state}
+            "version": row.adapter.version.number, "state": row.state, "routed": row.routed}
 
 
 def busy_row_ids(session: Session) -> set[int]:
@@ -80,8 +80,11 @@ def _refuse_if_busy(session: Session, deployment: Deployment, row: DeploymentAda
 
 
 def load(session: Session, actor: Actor, deployment_id: int, name: str,
-         version: int | None = None) -> tuple[DeploymentAdapter, Operation]:
-    """Want adapter ``name`` of the deployment's version loaded there, and start loading it."""
+         version: int | None = None, routed: bool = True) -> tuple[DeploymentAdapter, Operation]:
+    """Want adapter ``name`` of the deployment's version loaded there, and start loading it.
+
+    ``routed=False`` (a promotion gating it) keeps a newly wanted adapter out of the routing
+    table until ``publish``; one already wanted keeps what it has."""
     deployment = get_deployment(session, deployment_id)
     # Takes turns with deletions of the model's adapters, which lock the model row too.
     model = get_model(session, deployment.model.name, for_update=True)
@@ -122,7 +125,8 @@ def load(session: Session, actor: Actor, deployment_id: int, name: str,
     before = None if row is None else snapshot(row)
     if row is None:
         row = DeploymentAdapter(deployment=deployment, adapter=adapter,
-                                state=AdapterState.LOADING.value, updated_by=actor.name)
+                                state=AdapterState.LOADING.value, routed=routed,
+                                updated_by=actor.name)
         rows.add(row)
     elif row.state != AdapterState.LOADED:
         # A loaded one stays loaded (and routed) while the operation confirms it: the backend
@@ -155,3 +159,20 @@ def unload(session: Session, actor: Actor, deployment_id: int, name: str
     operation = operations.start(session, actor, UNLOAD, "deployment_adapter", target, {
         "deployment_adapter_id": row.id, "deployment_id": deployment.id, "adapter": name})
     return row, operation
+
+
+def publish(session: Session, actor: Actor, deployment_id: int, name: str) -> bool:
+    """Put a wanted adapter into the routing table (a promotion's gates passed); False when it
+    was routed already."""
+    deployment = get_deployment(session, deployment_id)
+    rows = DeploymentAdapterRepository(session)
+    row = rows.find(deployment.id, name)
+    if row is None:
+        raise AdapterNotOnDeployment(deployment_label(deployment), name)
+    if row.routed:
+        return False
+    before = snapshot(row)
+    rows.set_fields(row, routed=True, updated_by=actor.name)
+    audit.record(session, actor, "adapter.publish", "deployment_adapter",
+                 target_of(deployment, name), before=before, after=snapshot(row))
+    return True

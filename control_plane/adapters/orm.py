@@ -7,7 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, ForeignKey, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from control_plane.db import Base, UTCDateTime, utcnow
@@ -42,6 +42,9 @@ class Adapter(Base):
     rank: Mapped[int] = mapped_column(Integer)
     target_modules: Mapped[list[str]] = mapped_column(JSON, default=list)
     base_model: Mapped[str] = mapped_column(String(1024))
+    # What a promotion of the adapter runs (promotions.gates.Gates, as JSON), as a version's.
+    gates: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict,
+                                                  server_default=text("'{}'"))
     created_by: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     revision: Mapped[int] = mapped_column(Integer)
@@ -67,6 +70,8 @@ class DeploymentAdapter(Base):
     # A plain string column, as deployments' states are.
     state: Mapped[str] = mapped_column(String(16), default=AdapterState.LOADING.value)
     error: Mapped[str | None] = mapped_column(Text)
+    # False while a promotion gates it: loaded in the engine, not yet in the routing table.
+    routed: Mapped[bool] = mapped_column(Boolean, default=True, server_default=text("true"))
     updated_by: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

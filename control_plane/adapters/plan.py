@@ -51,7 +51,17 @@ class ForgetAdapter:
     name: str
 
 
-AdapterAction = LoadAdapter | UnloadAdapter | MarkAdapterLoaded | MarkAdapterFailed | ForgetAdapter
+@dataclass(frozen=True)
+class CarryAdapter:
+    """Want the serving version's adapter of the same name instead, and load it."""
+
+    row_id: int
+    name: str
+    to_version: int
+
+
+AdapterAction = (LoadAdapter | UnloadAdapter | MarkAdapterLoaded | MarkAdapterFailed |
+                 ForgetAdapter | CarryAdapter)
 
 
 @dataclass(frozen=True)
@@ -62,12 +72,15 @@ class AdapterPlan:
 
 
 def plan_adapters(serving_version: int, wanted: Sequence[WantedAdapter],
-                  loaded: Collection[str], busy: Iterable[int] = ()) -> AdapterPlan:
+                  loaded: Collection[str], busy: Iterable[int] = (),
+                  registered: Collection[str] = ()) -> AdapterPlan:
     """What to do for one READY deployment serving ``serving_version``.
 
     ``loaded`` holds the names its engine lists; ``busy`` the wanted adapters an operation is
-    working on right now, which the plan leaves to it. Adapters the engine holds that nobody
-    wants here are left alone, as models on a node that are not ours are."""
+    working on right now, which the plan leaves to it; ``registered`` the names of the adapters
+    registered under the serving version, which carry over a swap those of the same name wanted
+    from the version before. Adapters the engine holds that nobody wants here are left alone, as
+    models on a node that are not ours are."""
     busy = set(busy)
     actions: list[AdapterAction] = []
     skipped: list[tuple[str, str]] = []
@@ -79,14 +92,18 @@ def plan_adapters(serving_version: int, wanted: Sequence[WantedAdapter],
             actions.append(UnloadAdapter(adapter.row_id, adapter.name) if there
                            else ForgetAdapter(adapter.row_id, adapter.name))
         elif adapter.version != serving_version:
-            if adapter.state != AdapterState.FAILED:
+            if adapter.name in registered:
+                # A swap moved the deployment to a version that has an adapter of this name:
+                # clients asking for it get the new version's.
+                actions.append(CarryAdapter(adapter.row_id, adapter.name, serving_version))
+            elif adapter.state != AdapterState.FAILED:
                 # A swap moved the deployment to another version: its new engine started
                 # without the old version's adapters, and they were not made for it.
                 actions.append(MarkAdapterFailed(
                     adapter.row_id, adapter.name,
                     f"the deployment now serves version {serving_version}, and this adapter is "
                     f"registered under version {adapter.version}: register it under version "
-                    f"{serving_version}, unload this one and load that"))
+                    f"{serving_version} and it is carried over"))
         elif there:
             if adapter.state != AdapterState.LOADED:
                 actions.append(MarkAdapterLoaded(adapter.row_id, adapter.name))

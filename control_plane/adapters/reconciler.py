@@ -16,6 +16,7 @@ from control_plane.adapters.orm import AdapterState
 from control_plane.adapters.plan import (
     AdapterAction,
     AdapterPlan,
+    CarryAdapter,
     ForgetAdapter,
     LoadAdapter,
     MarkAdapterFailed,
@@ -23,7 +24,7 @@ from control_plane.adapters.plan import (
     WantedAdapter,
     plan_adapters,
 )
-from control_plane.adapters.repository import DeploymentAdapterRepository
+from control_plane.adapters.repository import AdapterRepository, DeploymentAdapterRepository
 from control_plane.db import transaction
 from control_plane.deployments.orm import DeploymentState
 from control_plane.deployments.service import busy_deployment_ids
@@ -43,6 +44,7 @@ class _Deployment:
     serving_version: int  # meaningful once READY (0 before: nothing serves)
     targets: dict[int, AdapterTarget] = field(default_factory=dict)
     busy: set[int] = field(default_factory=set)  # wanted adapters an operation works on
+    registered: set[str] = field(default_factory=set)  # names under the serving version
     skipped: str | None = None  # why the engine is not asked
     forget: bool = False  # the deployment was removed: its adapters go with it
 
@@ -79,7 +81,7 @@ class AdapterReconciler:
                 plan = plan_adapters(deployment.serving_version,
                                      [WantedAdapter(t.row_id, t.name, t.version, t.state)
                                       for t in deployment.targets.values()],
-                                     listing.names, deployment.busy)
+                                     listing.names, deployment.busy, deployment.registered)
             report["actions"] = [{"action": type(a).__name__, **asdict(a)} for a in plan.actions]
             report["skipped"] = [list(item) for item in plan.skipped]
             for action in plan.actions:
@@ -105,6 +107,11 @@ class AdapterReconciler:
                                     deployment.serving_version or 0,
                                     {row.id: target_of(row) for row in members},
                                     {row.id for row in members if row.id in busy_rows})
+                if deployment.serving_version is not None and any(
+                        row.adapter.version.number != deployment.serving_version
+                        for row in members):
+                    entry.registered = AdapterRepository(session).names_under(
+                        deployment.model_id, deployment.serving_version)
                 if not deployment.wanted:
                     entry.forget = True
                 elif deployment.id in busy_deployments:
@@ -128,5 +135,7 @@ class AdapterReconciler:
             self.actuator.mark(target, AdapterState.FAILED, ACTOR, error=action.reason)
         elif isinstance(action, ForgetAdapter):
             self.actuator.forget(target, target.state)
+        elif isinstance(action, CarryAdapter):
+            self.actuator.load(self.actuator.carry(target, action.to_version, ACTOR), ACTOR)
         else:
             self.actuator.unload(target, ACTOR)

@@ -51,6 +51,12 @@ class AdapterRepository:
             .where(ModelVersion.model_id == model_id, Adapter.name == name)
             .order_by(ModelVersion.number)).all())
 
+    def names_under(self, model_id: int, number: int) -> set[str]:
+        """The names of the adapters registered under version ``number`` of the model."""
+        return set(self.session.scalars(
+            select(Adapter.name).join(ModelVersion, ModelVersion.id == Adapter.version_id)
+            .where(ModelVersion.model_id == model_id, ModelVersion.number == number)).all())
+
     def add(self, adapter: Adapter) -> None:
         self.session.add(adapter)
         self.session.flush()
@@ -121,6 +127,25 @@ class DeploymentAdapterRepository:
             .values(state=target.value, updated_by=actor, updated_at=utcnow(), **fields)
             .execution_options(synchronize_session=False))
         return bool(changed.rowcount)  # type: ignore[attr-defined]
+
+    def carry(self, row_id: int, from_adapter_id: int, model_id: int, number: int, actor: str
+              ) -> bool:
+        """Point the wanted row at version ``number``'s adapter of the same name, to be loaded;
+        False if the row changed meanwhile or that version has no such adapter."""
+        row = self.get(row_id)
+        if row is None or row.adapter_id != from_adapter_id or \
+                row.state == AdapterState.UNLOADING:
+            return False
+        successor = self.session.scalars(
+            select(Adapter).join(ModelVersion, ModelVersion.id == Adapter.version_id)
+            .where(ModelVersion.model_id == model_id, ModelVersion.number == number,
+                   Adapter.name == row.adapter.name)).one_or_none()
+        if successor is None:
+            return False
+        row.adapter, row.state, row.error = successor, AdapterState.LOADING.value, None
+        row.updated_by, row.updated_at = actor, utcnow()
+        self.session.flush()
+        return True
 
     def forget(self, row_id: int, expected: AdapterState | None = None) -> bool:
         """Delete the row (only if still in ``expected``, when given)."""

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from control_plane.adapters.orm import Adapter, AdapterState, DeploymentAdapter
 from control_plane.operations.schemas import OperationOut
+from control_plane.promotions.gates import Gates
 from control_plane.registry.schemas import MODEL_NAME_PATTERN
 
 # Clients send it as sampling_parameters.lora_name and the gateway routes M:<name>: nothing that
@@ -28,6 +29,11 @@ class AdapterCreate(_Input):
         description="absolute path, under a configured source root, of a PEFT adapter "
                     "directory (adapter_config.json and adapter_model.safetensors); the node "
                     "loads it from the same path")
+    gates: Gates = Field(default_factory=Gates,
+                         description="what a promotion of the adapter runs against it (POST "
+                                     "/api/v1/models/{name}/promotions with adapter), as a "
+                                     "version's gates: smoke prompts sent with lora_name, and a "
+                                     "comparison with the version's answers without an adapter")
 
 
 class AdapterOut(BaseModel):
@@ -39,6 +45,7 @@ class AdapterOut(BaseModel):
     rank: int = Field(description="the LoRA rank (adapter_config.json's r)")
     target_modules: list[str]
     base_model: str = Field(description="adapter_config.json's base_model_name_or_path")
+    gates: Gates
     created_by: str
     created_at: datetime
 
@@ -47,8 +54,8 @@ class AdapterOut(BaseModel):
         return cls(model=adapter.version.model.name, version=adapter.version.number,
                    name=adapter.name, source=adapter.source, checksum=adapter.checksum,
                    rank=adapter.rank, target_modules=adapter.target_modules,
-                   base_model=adapter.base_model, created_by=adapter.created_by,
-                   created_at=adapter.created_at)
+                   base_model=adapter.base_model, gates=Gates.model_validate(adapter.gates),
+                   created_by=adapter.created_by, created_at=adapter.created_at)
 
 
 class AdapterLoadRequest(_Input):
@@ -70,6 +77,8 @@ class DeploymentAdapterOut(BaseModel):
     version: int
     rank: int
     state: AdapterState
+    routed: bool = Field(description="in the routing table once loaded; false while a "
+                                     "promotion gates it")
     error: str | None
     updated_by: str
     updated_at: datetime
@@ -81,7 +90,8 @@ class DeploymentAdapterOut(BaseModel):
                    alias=deployment.alias, node=deployment.node.name,
                    triton_name=deployment.triton_name, name=adapter.name,
                    version=adapter.version.number, rank=adapter.rank,
-                   state=AdapterState(row.state), error=row.error, updated_by=row.updated_by,
+                   state=AdapterState(row.state), routed=row.routed, error=row.error,
+                   updated_by=row.updated_by,
                    updated_at=row.updated_at)
 
 

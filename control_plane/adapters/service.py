@@ -67,6 +67,7 @@ def register(session: Session, actor: Actor, model_name: str, number: int, data:
     adapter = Adapter(version=version, name=data.name, source=source.uri,
                       checksum=source.checksum, rank=config.rank,
                       target_modules=config.target_modules, base_model=config.base_model,
+                      gates=data.gates.model_dump(mode="json"),
                       created_by=actor.name)
     try:
         repository.add(adapter)

@@ -90,6 +90,9 @@ def make_swap(actuator: Actuator, after: Callable[[], None]) -> Callable[[Operat
                                       {"from_version": old, "to_version": new,
                                        "deployments": len(swapped)}):
                 raise PreconditionFailed(f"operation {context.operation_id} was ended elsewhere")
+        # Once more now that the deployments are no longer busy: the new engines started without
+        # adapters, and the reconciler's pass carries over those the new version has too.
+        after()
 
     return work
 

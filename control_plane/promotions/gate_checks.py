@@ -85,14 +85,20 @@ def percentile(values: Sequence[float], share: float) -> float:
 
 def comparison_result(gate: ComparisonGate, node: str, current: Sequence[Observation],
                       candidate: Sequence[Observation], current_version: int,
-                      candidate_version: int) -> dict[str, Any]:
+                      candidate_version: int, candidate_adapter: str | None = None
+                      ) -> dict[str, Any]:
     """``current`` and ``candidate`` hold one observation per prompt and round, in the same
-    order: prompt-major, so index ``i`` of both is the same prompt."""
+    order: prompt-major, so index ``i`` of both is the same prompt. With ``candidate_adapter``
+    the candidate is the version through that LoRA adapter, and current the version without."""
     failures: list[str] = []
     errors = [o.error for o in (*current, *candidate) if o.error is not None]
     measured: dict[str, Any] = {"node": node, "current_version": current_version,
                                 "candidate_version": candidate_version,
                                 "samples": len(candidate)}
+    current_label = f"version {current_version}"
+    if candidate_adapter is not None:
+        measured["candidate_adapter"] = candidate_adapter
+        current_label += " without an adapter"
     if errors:
         failures.append(f"{len(errors)} request(s) failed, first: {errors[0]}")
     else:
@@ -117,13 +123,13 @@ def comparison_result(gate: ComparisonGate, node: str, current: Sequence[Observa
         if gate.max_ttft_p95_ratio is not None and measured["ttft_p95_ratio"] is not None and \
                 measured["ttft_p95_ratio"] > gate.max_ttft_p95_ratio:
             failures.append(f"TTFT p95 {candidate_ttft:.0f} ms vs {current_ttft:.0f} ms for "
-                            f"version {current_version}: ratio {measured['ttft_p95_ratio']:.2f} "
+                            f"{current_label}: ratio {measured['ttft_p95_ratio']:.2f} "
                             f"above {gate.max_ttft_p95_ratio:g}")
         if gate.min_tokens_per_second_ratio is not None and \
                 measured["tokens_per_second_ratio"] is not None and \
                 measured["tokens_per_second_ratio"] < gate.min_tokens_per_second_ratio:
-            failures.append(f"{candidate_rate:.1f} tokens/s vs {current_rate:.1f} for version "
-                            f"{current_version}: ratio {measured['tokens_per_second_ratio']:.2f} "
+            failures.append(f"{candidate_rate:.1f} tokens/s vs {current_rate:.1f} for "
+                            f"{current_label}: ratio {measured['tokens_per_second_ratio']:.2f} "
                             f"below {gate.min_tokens_per_second_ratio:g}")
         different = [(c, n) for c, n in zip(current, candidate, strict=True) if c.text != n.text]
         if different:

@@ -12,8 +12,9 @@ REQUEST_TIMEOUT_S = 120.0
 
 
 def observe(grpc_url: str, triton_name: str, prompt: str, max_tokens: int,
-            temperature: float = 0.0) -> Observation:
-    """One request, timed from submission; errors (the model is not there, the request was
+            temperature: float = 0.0, lora_name: str | None = None) -> Observation:
+    """One request (through the LoRA adapter ``lora_name``, when given), timed from submission;
+    errors (the model is not there, the request was
     refused, nothing came within the timeout) become the observation's error."""
     try:
         stream = GrpcStream(grpc_url, triton_name)
@@ -21,7 +22,10 @@ def observe(grpc_url: str, triton_name: str, prompt: str, max_tokens: int,
         return Observation("", None, 0, None, 0.0, error=f"cannot reach {grpc_url}: {exc}")
     result = None
     try:
-        stream.submit(prompt, {"max_tokens": max_tokens, "temperature": temperature})
+        sampling: dict[str, object] = {"max_tokens": max_tokens, "temperature": temperature}
+        if lora_name is not None:
+            sampling["lora_name"] = lora_name
+        stream.submit(prompt, sampling)
         result = stream.wait(REQUEST_TIMEOUT_S)
     finally:
         # Only an unfinished request is cancelled: cancelling a finished gRPC stream leaves the

@@ -47,6 +47,9 @@ class Promotion(Base):
     version: Mapped[int | None] = mapped_column(Integer)
     # What the alias pointed at when the promotion started: what it goes back to on failure.
     from_version: Mapped[int | None] = mapped_column(Integer)
+    # A promotion of one of the alias's version's LoRA adapters (then version == from_version);
+    # None: of a version.
+    adapter: Mapped[str | None] = mapped_column(String(64))
     state: Mapped[str] = mapped_column(String(16), default=PromotionState.PENDING.value)
     # [{"name", "state", "started_at", "finished_at", "detail"}], in order.
     steps: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)

@@ -32,14 +32,16 @@ _ROUTABLE = (
            Deployment.state.in_([DeploymentState.READY.value, DeploymentState.LOADING.value]),
            Deployment.serving_version.is_not(None))
     .order_by(Model.name, Deployment.alias, TritonNode.name))
-# Adapters loaded in an engine that serves their own version: right after a swap the new engine
-# has none of the old version's, before the reconciler marks them failed.
+# Adapters loaded in an engine that serves their own version (right after a swap the new engine
+# has none of the old version's, until the reconciler carries them over or marks them failed),
+# and routed (not being gated by a promotion).
 _LOADED_ADAPTERS = (
     select(DeploymentAdapter.deployment_id, Adapter.name)
     .join(Adapter, Adapter.id == DeploymentAdapter.adapter_id)
     .join(ModelVersion, ModelVersion.id == Adapter.version_id)
     .join(Deployment, Deployment.id == DeploymentAdapter.deployment_id)
     .where(DeploymentAdapter.state == AdapterState.LOADED.value,
+           DeploymentAdapter.routed.is_(True),
            ModelVersion.number == Deployment.serving_version))
 
 

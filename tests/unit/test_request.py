@@ -179,6 +179,24 @@ def test_return_flags(flag):
 
 
 @pytest.mark.parametrize(
+    ("sampling", "cumulative", "vllm_logprobs", "requested"),
+    [
+        ('{}', True, 0, False),  # the sampled token's logprob only, for vLLM to sum
+        ('{}', False, None, False),
+        ('{"logprobs": 3}', True, 3, True),
+        ('{"logprobs": "2"}', False, 2, True),
+        ('{"logprobs": null}', True, 0, False),
+    ],
+)
+def test_cumulative_logprob_has_vllm_compute_logprobs_without_reporting_them(
+        sampling, cumulative, vllm_logprobs, requested):
+    req = parse(sampling_parameters=sampling, return_cumulative_logprob=cumulative)
+    assert req.sampling.logprobs == vllm_logprobs
+    assert req.logprobs_requested is requested
+    assert req.return_cumulative_logprob is cumulative
+
+
+@pytest.mark.parametrize(
     ("parameters", "priority", "from_client"),
     [
         ({}, 3, False),

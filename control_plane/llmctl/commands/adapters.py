@@ -3,6 +3,7 @@ adapters``: the adapters loaded into a deployment's engine."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -13,6 +14,7 @@ from control_plane.llmctl.commands.operations import await_operation, show_opera
 from control_plane.llmctl.commands.options import Limit, Offset, Timeout, Wait, wait_timeout
 from control_plane.llmctl.commands.versions import NumberArgument
 from control_plane.llmctl.invocation import Invocation, invocation, segment
+from control_plane.llmctl.manifest_file import load_gates
 from control_plane.llmctl.output import Output, when
 
 adapters_app = typer.Typer(help="LoRA adapters, registered under a model version.",
@@ -45,10 +47,17 @@ def register(ctx: typer.Context, model: ModelArgument, number: NumberArgument,
                  "--source", metavar="DIR",
                  help="absolute path of the PEFT adapter directory (adapter_config.json, "
                       "adapter_model.safetensors) on the control plane's and nodes' disk")],
+             gates: Annotated[Path | None, typer.Option(
+                 "--gates", metavar="FILE", dir_okay=False,
+                 help="what a promotion of the adapter runs (YAML or JSON: smoke, compare), "
+                      "checked locally")] = None,
              ) -> None:
     """Register an adapter for a version; its config is checked against the version's engine."""
     run = invocation(ctx)
-    adapter = run.client.post(_adapters(model, number), {"name": name, "source": source})
+    body: dict[str, Any] = {"name": name, "source": source}
+    if gates is not None:
+        body["gates"] = load_gates(gates)
+    adapter = run.client.post(_adapters(model, number), body)
     run.out.present(adapter, lambda: show_adapter(
         run.out, adapter, f"registered adapter '{name}' for version {number} of '{model}'"))
 
@@ -96,7 +105,7 @@ def _wanted_path(run: Invocation, model: str, alias: str, node: str) -> str:
 
 def show_wanted(out: Output, row: dict[str, Any], title: str | None = None) -> None:
     out.fields([("name", row["name"]), ("version", row["version"]), ("state", row["state"]),
-                ("error", row["error"]), ("deployment", row["deployment_id"]),
+                ("routed", row["routed"]), ("error", row["error"]), ("deployment", row["deployment_id"]),
                 ("triton_name", row["triton_name"]), ("node", row["node"]),
                 ("updated_by", row["updated_by"]), ("updated", when(row["updated_at"]))], title)
 
@@ -156,6 +165,6 @@ def list_wanted(ctx: typer.Context, model: ModelArgument, alias: AliasOption,
     run = invocation(ctx)
     rows = run.client.get(_wanted_path(run, model, alias, node))
     run.out.present(rows, lambda: run.out.table(
-        ["NAME", "VERSION", "STATE", "ERROR", "UPDATED"],
-        [[r["name"], r["version"], r["state"], r["error"], when(r["updated_at"])]
+        ["NAME", "VERSION", "STATE", "ROUTED", "ERROR", "UPDATED"],
+        [[r["name"], r["version"], r["state"], r["routed"], r["error"], when(r["updated_at"])]
          for r in rows]))

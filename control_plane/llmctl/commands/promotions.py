@@ -15,7 +15,7 @@ from control_plane.llmctl.commands.options import Limit, Offset, Timeout, Wait, 
 from control_plane.llmctl.errors import LlmctlError, usage_error
 from control_plane.llmctl.exit_codes import ExitCode
 from control_plane.llmctl.invocation import Invocation, invocation, segment
-from control_plane.llmctl.manifest_file import load_manifest, request_fields
+from control_plane.llmctl.manifest_file import load_gates, load_manifest, request_fields
 from control_plane.llmctl.output import Output, Progress, cell, when
 from control_plane.llmctl.waiting import Awaited, wait_until_finished
 
@@ -30,7 +30,7 @@ def show_promotion(out: Output, promotion: dict[str, Any], title: str | None = N
     out.fields([
         ("id", promotion["id"]), ("model", promotion["model"]), ("alias", promotion["alias"]),
         ("version", promotion["version"]), ("from_version", promotion["from_version"]),
-        ("state", promotion["state"]), ("failed_step", promotion["failed_step"]),
+        ("adapter", promotion.get("adapter")), ("state", promotion["state"]), ("failed_step", promotion["failed_step"]),
         ("error", promotion["error"]), ("nodes", ", ".join(promotion["nodes"]) or "-"),
         ("requested_by", promotion["requested_by"]), ("ci_run_url", promotion["ci_run_url"]),
         ("git_sha", promotion["git_sha"]), ("created", when(promotion["created_at"])),
@@ -61,7 +61,9 @@ def _show_failure(out: Output, promotion: dict[str, Any]) -> None:
 
 
 def _failure(promotion: dict[str, Any]) -> LlmctlError:
-    serving = (f"version {promotion['from_version']} still serves alias '{promotion['alias']}'"
+    serving = (f"adapter '{promotion['adapter']}' is not routed on alias "
+               f"'{promotion['alias']}'" if promotion.get("adapter") else
+               f"version {promotion['from_version']} still serves alias '{promotion['alias']}'"
                if promotion["from_version"] is not None
                else f"alias '{promotion['alias']}' was not moved")
     gates = _failed_gates(promotion)
@@ -95,9 +97,13 @@ def _finish(run: Invocation, promotion: dict[str, Any], timeout_s: float) -> Non
         if not run.out.json:
             _show_failure(run.out, finished)
         raise _failure(finished)
+    outcome = (f"adapter '{finished['adapter']}' of version {finished['version']} is routed on "
+               f"alias '{finished['alias']}' of '{finished['model']}'"
+               if finished.get("adapter") else
+               f"alias '{finished['alias']}' of '{finished['model']}' serves version "
+               f"{finished['version']}")
     run.out.present(finished, lambda: show_promotion(
-        run.out, finished, f"promotion {finished['id']} succeeded: alias '{finished['alias']}' "
-                           f"of '{finished['model']}' serves version {finished['version']}"))
+        run.out, finished, f"promotion {finished['id']} succeeded: {outcome}"))
 
 
 def promote(ctx: typer.Context, model: ModelArgument,
@@ -108,6 +114,17 @@ def promote(ctx: typer.Context, model: ModelArgument,
             manifest: Annotated[Path | None, typer.Option(
                 "--manifest", metavar="FILE", dir_okay=False,
                 help="a manifest to register first (YAML or JSON), checked locally")] = None,
+            adapter: Annotated[str | None, typer.Option(
+                "--adapter", metavar="NAME",
+                help="promote this LoRA adapter of the version the alias serves instead: "
+                     "loaded on the alias's deployments, gated, then routed")] = None,
+            adapter_source: Annotated[str | None, typer.Option(
+                "--adapter-source", metavar="DIR",
+                help="with --adapter: register it first from this adapter directory")] = None,
+            gates: Annotated[Path | None, typer.Option(
+                "--gates", metavar="FILE", dir_okay=False,
+                help="with --adapter-source: the adapter's gates (YAML or JSON: smoke, "
+                     "compare), checked locally")] = None,
             node: Annotated[list[str] | None, typer.Option(
                 "--node", metavar="NODE",
                 help="a node to serve the alias on if it runs nowhere yet; repeat for more")
@@ -120,17 +137,30 @@ def promote(ctx: typer.Context, model: ModelArgument,
                 "--git-sha", metavar="SHA", help="the commit, recorded with the promotion")
             ] = None) -> None:
     """Promote a version to an alias: deploy a candidate, run its gates, swap, check again.
-    Any failure rolls back and the previous version keeps serving (exit 3 with --wait)."""
+    Any failure rolls back and the previous version keeps serving (exit 3 with --wait). With
+    --adapter, promote a LoRA adapter onto the alias's deployments the same way."""
     run = invocation(ctx)
     limit = wait_timeout(wait, timeout)
-    if (version is None) == (manifest is None):
-        raise usage_error("give exactly one of --version N (a registered version) and "
-                          "--manifest FILE (a version to register first)")
+    if [version, manifest, adapter].count(None) != 2:
+        raise usage_error("give exactly one of --version N (a registered version), --manifest "
+                          "FILE (a version to register first) and --adapter NAME (a LoRA "
+                          "adapter of the version the alias serves)")
+    if adapter is None and (adapter_source is not None or gates is not None):
+        raise usage_error("--adapter-source and --gates go with --adapter NAME")
+    if gates is not None and adapter_source is None:
+        raise usage_error("--gates goes with --adapter-source: a registered adapter is promoted "
+                          "with the gates it was registered with")
     body: dict[str, Any] = {"to": to, "nodes": node or []}
     if version is not None:
         body["version"] = version
     if manifest is not None:
         body["manifest"] = request_fields(load_manifest(manifest, model))
+    if adapter is not None:
+        body["adapter"] = {"name": adapter}
+        if adapter_source is not None:
+            body["adapter"]["source"] = adapter_source
+        if gates is not None:
+            body["adapter"]["gates"] = load_gates(gates)
     body.update({key: value for key, value in (("ci_run_url", ci_run_url),
                                                ("git_sha", git_sha)) if value is not None})
     promotion = run.client.post(f"/models/{segment(model)}/promotions", body)

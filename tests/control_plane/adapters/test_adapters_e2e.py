@@ -157,3 +157,96 @@ def test_register_load_generate_unload_and_heal(client: TestClient, writer: dict
         return seen.get("engine") == ["random"] and seen["actions"] == []
 
     wait_until(left_alone, "a pass that finds the adapter in the engine", 30)
+    # The engine outlives this test's database (the node is the module's): leave it empty.
+    assert finished(client, writer, client.delete(f"{adapters}/random", headers=writer),
+                    timeout=120)["status"] == "succeeded"
+
+
+def test_adapter_promotions_gate_adapters_and_a_swap_carries_them_to_the_next_version(
+        client: TestClient, writer: dict[str, str], node: TritonServer, adapter_root: Path
+        ) -> None:
+    """Promoted onto the deployments of production: loaded out of the routing table, gated
+    through lora_name (and compared with the version without it), then routed. A failing gate
+    unloads it again, and production keeps serving throughout. A swap to a version that has an
+    adapter of the same name carries it over; one it does not have is failed with the reason."""
+    from control_plane.demo_adapter import make_random_adapter
+    from tests.control_plane.promotions.support import promote
+
+    assert client.post("/api/v1/models", headers=writer, json={"name": "m"}).status_code == 201
+    assert client.post("/api/v1/nodes", headers=writer, json={
+        "name": "node-a", "http_url": f"http://{node.http_url}", "grpc_url": node.grpc_url,
+        "api_key_ref": f"env:{KEY_VARIABLE}"}).status_code == 201
+    number = register(client, writer, {**ENGINE_ARGS, **LORA_ARGS})
+    client.put("/api/v1/models/m/aliases/production", headers=writer, json={"version": number})
+    deployed = client.put(DEPLOYMENT, headers=writer)
+    assert finished(client, writer, deployed)["status"] == "succeeded"
+    adapters = f"/api/v1/deployments/{deployed.json()['deployment']['id']}/adapters"
+    base = text(node)
+
+    def routed() -> list[str]:
+        (model,) = client.get("/api/v1/routing", headers=writer).json()["models"]
+        (endpoint,) = model["endpoints"]
+        return list(endpoint["adapters"])
+
+    # Gates that the adapter's answer meets (it differs from the base's, so min_identical_share
+    # 0 and a generous speed ratio), checked through lora_name on the real engine.
+    good = make_random_adapter(adapter_root / "promoted", rank=8, seed=2)
+    promotion = promote(client, writer, to="production", adapter={
+        "name": "promoted", "source": str(good), "gates": {
+            "smoke": [{"name": "answers", "prompt": PROMPT, "max_tokens": 12,
+                       "expect": {"non_empty": True, "min_output_tokens": 1}}],
+            "compare": {"prompts": [PROMPT], "max_tokens": 12,
+                        "min_tokens_per_second_ratio": 0.01}}})
+    assert promotion["state"] == "succeeded", promotion["error"]
+    assert [s["state"] for s in promotion["steps"]] == ["succeeded"] * 4
+    smoke, compare = promotion["gate_results"]
+    assert smoke["passed"] and smoke["actual"]["text"] == text(node, "promoted")
+    assert smoke["actual"]["text"] != base
+    assert compare["passed"] and compare["actual"]["candidate_adapter"] == "promoted"
+    assert compare["actual"]["first_difference"] == {"current": base,
+                                                     "candidate": smoke["actual"]["text"]}
+    assert routed() == ["promoted"]
+    (row,) = client.get(adapters, headers=writer).json()
+    assert (row["name"], row["state"], row["routed"]) == ("promoted", "loaded", True)
+
+    # A gate the adapter misses: loaded, gated, unloaded again; never routed.
+    bad = make_random_adapter(adapter_root / "rejected", rank=8, seed=3)
+    failed = promote(client, writer, to="production", adapter={
+        "name": "rejected", "source": str(bad), "gates": {
+            "smoke": [{"prompt": PROMPT, "max_tokens": 12,
+                       "expect": {"contains": ["this text never comes out"]}}]}})
+    assert (failed["state"], failed["failed_step"]) == ("failed", "gates_adapter"), \
+        failed["error"]
+    assert "does not contain 'this text never comes out'" in failed["error"]
+    assert "unloaded from 1 deployment(s)" in failed["error"]
+    assert [r["name"] for r in client.get(adapters, headers=writer).json()] == ["promoted"]
+    assert routed() == ["promoted"]
+    assert generate(node, "rejected").error is not None
+    assert text(node) == base and text(node, "promoted") == smoke["actual"]["text"]
+
+    # Version 2 has 'promoted' too (same files), not 'kept': the swap carries the first over.
+    kept = make_random_adapter(adapter_root / "kept", rank=8, seed=4)
+    assert client.post(f"/api/v1/models/m/versions/{number}/adapters", headers=writer,
+                       json={"name": "kept", "source": str(kept)}).status_code == 201
+    assert finished(client, writer, client.post(adapters, headers=writer,
+                                                json={"name": "kept"}), timeout=120
+                    )["status"] == "succeeded"
+    second = register(client, writer, {**ENGINE_ARGS, **LORA_ARGS})
+    assert client.post(f"/api/v1/models/m/versions/{second}/adapters", headers=writer,
+                       json={"name": "promoted", "source": str(good)}).status_code == 201
+    swapped = client.put("/api/v1/models/m/aliases/production", headers=writer,
+                         json={"version": second})
+    assert finished(client, writer, swapped)["status"] == "succeeded"
+
+    def carried() -> dict[str, Any] | None:
+        rows = {r["name"]: r for r in client.get(adapters, headers=writer).json()}
+        done = rows["promoted"]["version"] == second and \
+            rows["promoted"]["state"] == "loaded" and rows["kept"]["state"] == "failed"
+        return rows if done else None
+
+    rows = wait_until(carried, "'promoted' carried to version 2", 120)
+    assert "register it under version" in rows["kept"]["error"]
+    (model,) = client.get("/api/v1/routing", headers=writer).json()["models"]
+    (endpoint,) = model["endpoints"]
+    assert (endpoint["version"], endpoint["adapters"]) == (second, ["promoted"])
+    assert text(node, "promoted") == smoke["actual"]["text"]

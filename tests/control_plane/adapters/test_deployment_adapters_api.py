@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from control_plane.adapters.orm import AdapterState
+from control_plane.adapters.orm import Adapter, AdapterState, DeploymentAdapter
+from control_plane.db import transaction
 from control_plane.deployments.orm import DeploymentState
 from control_plane.settings import Settings
 from tests.control_plane.adapters.support import (
@@ -182,7 +184,72 @@ def test_the_routing_table_lists_the_adapters_loaded_for_the_version_served(
     set_adapter_state(session_factory, deployment, AdapterState.LOADED.value)
     assert endpoint()["adapters"] == ["french", "german"]
     assert client.get("/api/v1/routing", headers=reader).json()["revision"] != before
-    # A swap moved the engine to version 2: the old version's adapters are not in it.
+    # One a promotion is still gating is loaded, and not routed.
+    with transaction(session_factory) as session:
+        session.execute(update(DeploymentAdapter).where(
+            DeploymentAdapter.adapter_id == select(Adapter.id).where(
+                Adapter.name == "german").scalar_subquery()).values(routed=False))
+    assert endpoint()["adapters"] == ["french"]
+    # A swap moved the engine to version 2: the old version's adapters are not in it. The row is
+    # set as a finished swap leaves it; a real swap here would run in the background against the
+    # test's unreachable node, fail, and race the reads below.
     set_deployment(session_factory, deployment, serving_version=2)
-    client.put("/api/v1/models/m/aliases/production", headers=writer, json={"version": 2})
     assert endpoint()["version"] == 2 and endpoint()["adapters"] == []
+
+
+def test_adapter_promotions_that_cannot_start_are_refused_with_the_reason(
+        client: TestClient, writer: dict[str, str], deployment: int, source_root: Path,
+        tmp_path: Path) -> None:
+    promotions = "/api/v1/models/m/promotions"
+
+    def refused(body: dict[str, Any], status: int, reason: str) -> None:
+        response = client.post(promotions, headers=writer, json=body)
+        assert response.status_code == status, response.text
+        assert reason in response.json()["detail"], response.json()
+
+    refused({"to": "production", "version": 1, "adapter": {"name": "french"}}, 422,
+            "exactly one of version")
+    refused({"to": "production", "adapter": {"name": "french", "gates": {}}}, 422,
+            "gates are given with source")
+    refused({"to": "staging", "adapter": {"name": "french"}}, 422,
+            "alias 'm/staging' does not exist")
+    refused({"to": "production", "adapter": {"name": "spanish"}}, 404,
+            "version 1 of model 'm' has no adapter 'spanish'")
+    # A version that serves no adapters: refused before anything is recorded.
+    assert client.post("/api/v1/models/m/versions", headers=writer, json={
+        "source": VERSION_SOURCE}).status_code == 201
+    assert client.put("/api/v1/models/m/aliases/plain", headers=writer,
+                      json={"version": 3}).status_code == 200
+    source = write_adapter(source_root / f"{tmp_path.name}-new")
+    refused({"to": "plain", "adapter": {"name": "new", "source": str(source)}}, 422,
+            "runs on no node")
+    assert client.get(promotions, headers=writer).json()["total"] == 0, "nothing was recorded"
+
+
+def test_an_adapter_promotion_that_cannot_load_ends_failed_and_routes_nothing(
+        client: TestClient, writer: dict[str, str], reader: dict[str, str], deployment: int,
+        source_root: Path, tmp_path: Path) -> None:
+    from tests.control_plane.promotions.support import promote
+
+    source = write_adapter(source_root / f"{tmp_path.name}-italian")
+    promotion = promote(client, writer, to="production", adapter={
+        "name": "italian", "source": str(source),
+        "gates": {"smoke": [{"prompt": "Ciao", "expect": {"non_empty": True}}]}})
+    assert (promotion["state"], promotion["failed_step"], promotion["adapter"],
+            promotion["version"]) == ("failed", "load_adapter", "italian", 1), promotion
+    assert [s["name"] for s in promotion["steps"]] == [
+        "register", "load_adapter", "gates_adapter", "publish_adapter"]
+    assert "adapter 'italian' of version 1 did not load" in promotion["error"]
+    assert "127.0.0.1:9" in promotion["error"] or "down" in promotion["error"]
+    # Registered by the promotion, with its gates; never routed.
+    registered = client.get("/api/v1/models/m/versions/1/adapters/italian", headers=writer)
+    assert registered.json()["gates"]["smoke"][0]["prompt"] == "Ciao"
+    (model,) = client.get("/api/v1/routing", headers=reader).json()["models"]
+    assert all("italian" not in e["adapters"] for e in model["endpoints"])
+    (row,) = [r for r in wanted(client, writer, deployment) if r["name"] == "italian"]
+    assert row["routed"] is False
+    # The same name from other files is refused; the same files go on.
+    other = write_adapter(source_root / f"{tmp_path.name}-other", rank=4)
+    again = promote(client, writer, to="production",
+                    adapter={"name": "italian", "source": str(other)})
+    assert again["failed_step"] == "register" and "holds other files" in again["error"], again

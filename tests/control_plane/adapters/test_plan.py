@@ -8,6 +8,7 @@ import pytest
 from control_plane.adapters.orm import AdapterState as S
 from control_plane.adapters.plan import (
     AdapterPlan,
+    CarryAdapter,
     ForgetAdapter,
     LoadAdapter,
     MarkAdapterFailed,
@@ -59,6 +60,20 @@ def test_an_adapter_of_the_version_before_a_swap_is_failed_with_the_reason(state
     assert plan_adapters(SERVING, [WantedAdapter(1, "a", 1, S.FAILED)], set()) == AdapterPlan(())
     assert plan_adapters(SERVING, [WantedAdapter(1, "a", 1, S.UNLOADING)], {"a"}).actions == \
         (UnloadAdapter(1, "a"),)
+
+
+@pytest.mark.parametrize("state", [S.LOADED, S.LOADING, S.FAILED])
+def test_an_adapter_the_new_version_has_too_is_carried_over_a_swap(state: S) -> None:
+    wanted = [WantedAdapter(1, "a", 1, state), WantedAdapter(2, "b", 1, S.LOADED)]
+    plan = plan_adapters(SERVING, wanted, set(), registered={"a", "c"})
+    assert plan.actions[0] == CarryAdapter(1, "a", SERVING)
+    # "b" has no namesake under version 2: failed, as before.
+    assert isinstance(plan.actions[1], MarkAdapterFailed) and plan.actions[1].name == "b"
+    # One being unloaded or worked on is not carried.
+    assert plan_adapters(SERVING, [WantedAdapter(1, "a", 1, S.UNLOADING)], set(),
+                         registered={"a"}).actions == (ForgetAdapter(1, "a"),)
+    assert plan_adapters(SERVING, [WantedAdapter(1, "a", 1, state)], set(), busy=[1],
+                         registered={"a"}).actions == ()
 
 
 def test_adapters_nobody_wants_here_are_left_alone() -> None:

@@ -52,7 +52,8 @@ def test_registration_records_what_adapter_config_says(
     assert {k: v for k, v in body.items() if k != "created_at"} == {
         "model": "m", "version": 1, "name": "french", "source": str(source.resolve()),
         "checksum": local_checksum(source), "rank": 8, "target_modules": ["q_proj", "v_proj"],
-        "base_model": "HuggingFaceTB/SmolLM2-135M-Instruct", "created_by": "writer-token"}
+        "base_model": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "gates": {"smoke": [], "compare": None}, "created_by": "writer-token"}
     fetched = client.get(f"{ADAPTERS}/french", headers=writer)
     assert fetched.json() == body
     assert fetched.headers["ETag"] == created.headers["ETag"]

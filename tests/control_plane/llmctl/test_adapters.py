@@ -33,16 +33,22 @@ def source(source_root: Path, tmp_path: Path) -> Path:
 
 
 def test_adapters_register_list_show_delete(llmctl: Llmctl, live_url: str,
-                                            admin: dict[str, str], source: Path) -> None:
+                                            admin: dict[str, str], source: Path,
+                                            tmp_path: Path) -> None:
     with api(live_url, admin) as http:
         assert http.post("/models", json={"name": "chat"}).status_code == 201
         assert http.post("/models/chat/versions", json={
             "source": VERSION_SOURCE, "engine_args": LORA_ARGS}).status_code == 201
 
+    gates = tmp_path / "gates.yaml"
+    gates.write_text("smoke:\n  - prompt: Bonjour\n    expect: {contains: [Paris]}\n")
     registered = llmctl("adapters", "register", "chat", "1", "--name", "french", "--source",
-                        str(source), "--json")
+                        str(source), "--gates", str(gates), "--json")
     assert registered.code == 0, registered
-    assert AdapterOut.model_validate(registered.document()).rank == 8
+    adapter = AdapterOut.model_validate(registered.document())
+    assert adapter.rank == 8
+    assert [(g.prompt, g.expect.contains) for g in adapter.gates.smoke] == [
+        ("Bonjour", ["Paris"])]
     human = llmctl("adapters", "register", "chat", "1", "--name", "german", "--source",
                    str(source), env={"CI": "true"})
     assert human.code == 0 and "registered adapter 'german' for version 1 of 'chat'" in \

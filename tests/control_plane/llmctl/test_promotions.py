@@ -33,7 +33,11 @@ NOWHERE = {"LLMCP_URL": "http://127.0.0.1:9", "LLMCP_TOKEN": "llmcp_unused"}
     ([], "give exactly one of --version N"),
     (["--version", "1", "--manifest", "m.yaml"], "give exactly one of --version N"),
     (["--version", "1", "--timeout", "5"], "--timeout only applies with --wait"),
-], ids=["neither", "both", "timeout-without-wait"])
+    (["--version", "1", "--adapter", "french"], "give exactly one of --version N"),
+    (["--version", "1", "--adapter-source", "/a"], "--adapter-source and --gates go with"),
+    (["--adapter", "french", "--gates", "g.yaml"], "--gates goes with --adapter-source"),
+], ids=["neither", "both", "timeout-without-wait", "version-and-adapter",
+        "source-without-adapter", "gates-without-source"])
 def test_refused_locally_with_exit_2(run_llmctl: Llmctl, args: list[str], message: str
                                      ) -> None:
     result = run_llmctl("promote", "chat", "--to", "production", *args, "--json", env=NOWHERE)
@@ -47,6 +51,15 @@ def test_a_bad_manifest_is_refused_before_any_request(run_llmctl: Llmctl, tmp_pa
     result = run_llmctl("promote", "chat", "--manifest", str(manifest), "--to", "production",
                         "--json", env=NOWHERE)
     assert result.error_document(2)["problems"][0].startswith("gates.smoke[0].prompt:")
+
+
+def test_a_bad_gates_file_is_refused_before_any_request(run_llmctl: Llmctl, tmp_path: Path
+                                                        ) -> None:
+    gates = write_manifest(tmp_path, "g.yaml", {"smoke": [{"prompt": "hi", "max_tokens": 0}]})
+    result = run_llmctl("promote", "chat", "--to", "production", "--adapter", "french",
+                        "--adapter-source", "/srv/french", "--gates", str(gates), "--json",
+                        env=NOWHERE)
+    assert result.error_document(2)["problems"][0].startswith("smoke[0].max_tokens:")
 
 
 def _model_with_a_version(live_url: str, admin: dict[str, str]) -> None:

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from tests.control_plane.deployments.support import (
 )
 from tests.control_plane.deployments.test_faults import served
 from tests.control_plane.deployments.test_lifecycle import StreamingLoad
+from tests.control_plane.promotions.support import promote
 from tests.control_plane.webhooks.conftest import Receiver
 
 pytestmark = pytest.mark.integration
@@ -71,30 +71,6 @@ def settings(database_url: str) -> Settings:
 def manifest(engine_args: dict[str, Any], **gates: Any) -> dict[str, Any]:
     return {"model": "m", "source": str(MODEL_SOURCE), "engine_args": engine_args,
             "gates": gates}
-
-
-def promote(http: TestClient | httpx.Client, headers: dict[str, str], **body: Any
-            ) -> dict[str, Any]:
-    """Start a promotion and wait for its end."""
-    started = http.post("/api/v1/models/m/promotions", headers=headers, json=body)
-    assert started.status_code == 202, started.text
-    location = started.headers["Location"]
-
-    def ended() -> dict[str, Any] | None:
-        promotion: dict[str, Any] = http.get(location, headers=headers).json()
-        return promotion if promotion["state"] in ("succeeded", "failed") else None
-
-    promotion = wait_until(ended, f"the end of {location}", timeout=900)
-    timings = ", ".join(f"{s['name']} {_seconds(s)}" for s in promotion["steps"])
-    print(f"promotion of {promotion['version']}: {promotion['state']}; {timings}")
-    return promotion
-
-
-def _seconds(step: dict[str, Any]) -> str:
-    if not step.get("started_at") or not step.get("finished_at"):
-        return "-"
-    started, ended = (datetime.fromisoformat(step[k]) for k in ("started_at", "finished_at"))
-    return f"{(ended - started).total_seconds():.1f} s"
 
 
 def production(http: TestClient, headers: dict[str, str]) -> int:

@@ -18,6 +18,7 @@ import argparse
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -85,6 +86,22 @@ class GatewayPorts:
     host: str
     http: int
     grpc: int
+
+
+LOCAL_REDIS = ("127.0.0.1", 6379)
+
+
+def local_redis() -> str | None:
+    """redis://127.0.0.1:6379/0 when a Redis answers there (the demo counts tenant limits in
+    it, as a production gateway would); None otherwise."""
+    try:
+        with socket.create_connection(LOCAL_REDIS, timeout=0.3) as sock:
+            sock.sendall(b"PING\r\n")
+            if sock.recv(16).startswith(b"+PONG"):
+                return f"redis://{LOCAL_REDIS[0]}:{LOCAL_REDIS[1]}/0"
+    except OSError:
+        pass
+    return None
 
 
 class GatewayProcess:
@@ -280,9 +297,14 @@ def main() -> None:
     with transaction(admin.app.state.session_factory) as session:
         token = demo_access.gateway_token(session)
         key = demo_access.demo_key(session, DEMO_KEY_FILE)
+    redis_url = os.environ.get("LLMGW_REDIS_URL") or local_redis()
+    host, port = LOCAL_REDIS
+    where = redis_url or f"the gateway process alone (no Redis answers on {host}:{port})"
+    print(f"tenant limits counted in {where}", flush=True)
     gateway = GatewayProcess(
         GatewayPorts(os.environ.get("LLMGW_HOST", "127.0.0.1"), args.http_port, args.grpc_port),
-        f"http://{settings.host}:{settings.port}", token, gateway_secret)
+        f"http://{settings.host}:{settings.port}", token, gateway_secret,
+        settings={"LLMGW_REDIS_URL": redis_url} if redis_url else None)
     print(f"starting {server.runtime.binary} (log: {server.log_path})", flush=True)
     try:
         server.start()

@@ -5,6 +5,7 @@ unchanged. Repository, shared-memory, trace, logging and statistics RPCs are not
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -17,10 +18,11 @@ from tritonclient.grpc import service_pb2_grpc as pbg
 from gateway.auth import RESERVED_PARAMETERS, bearer_key
 from gateway.backend_parameters import BACKEND_PRIORITY, PRIORITY_NAMES, for_backend
 from gateway.errors import BadRequest, GatewayError, NoNodeAvailable, NotServed
-from gateway.kserve_http import SERVER_NAME
+from gateway.kserve_http import SERVER_NAME, parse_max_tokens
 from gateway.lora import LORA_NAME, SAMPLING_INPUT, check_lora_name, sampling_json_with_lora_name
 from gateway.routing.table import Endpoint, Route, Tenant
 from gateway.service import Gateway
+from gateway.token_counts import TokenTally, ask_counts_grpc, read_grpc
 from gateway.upstream_http import ATTEMPTS, node_unavailable
 
 log = logging.getLogger("gateway.grpc")
@@ -52,14 +54,7 @@ def prepare_request(gateway: Gateway, route: Route, tenant: Tenant,
              for name in (*PRIORITY_NAMES, *RESERVED_PARAMETERS) if name in request.parameters}
     decided = for_backend({k: v for k, v in given.items() if v not in (0, None)}, tenant,
                           gateway.gateway_secret)
-    prompt_bytes = 0
-    for index, tensor in enumerate(request.inputs):
-        if tensor.name == "text_input":
-            if index < len(request.raw_input_contents):
-                prompt_bytes = max(0, len(request.raw_input_contents[index]) - BYTES_PREFIX)
-            else:
-                prompt_bytes = sum(len(item) for item in tensor.contents.bytes_contents)
-    gateway.check_prompt_bytes(route, prompt_bytes, "text_input")
+    gateway.check_prompt_bytes(route, request_prompt_bytes(request), "text_input")
     prepared = pb.ModelInferRequest()
     prepared.CopyFrom(request)
     for name in PRIORITY_NAMES:
@@ -74,6 +69,31 @@ def prepare_request(gateway: Gateway, route: Route, tenant: Tenant,
     # Always asked of the node, so the gateway knows when each request is done.
     prepared.parameters[EMPTY_FINAL].bool_param = True
     return prepared
+
+
+def request_prompt_bytes(request: pb.ModelInferRequest) -> int:
+    for index, tensor in enumerate(request.inputs):
+        if tensor.name == "text_input":
+            if index < len(request.raw_input_contents):
+                return max(0, len(request.raw_input_contents[index]) - BYTES_PREFIX)
+            return sum(len(item) for item in tensor.contents.bytes_contents)
+    return 0
+
+
+def request_max_tokens(request: pb.ModelInferRequest) -> int | None:
+    """The output tokens asked for, where the backend reads them: the sampling_parameters
+    input's JSON, else a request parameter (None: the backend's default)."""
+    for index, tensor in enumerate(request.inputs):
+        if tensor.name == SAMPLING_INPUT:
+            try:
+                sampling = json.loads(_one_string(request, index) or "{}")
+            except (BadRequest, json.JSONDecodeError):
+                return None  # the backend refuses it, naming the field
+            return parse_max_tokens(sampling.get("max_tokens")) \
+                if isinstance(sampling, dict) else None
+    if "max_tokens" in request.parameters:
+        return parse_max_tokens(_parameter_value(request.parameters["max_tokens"]))
+    return None
 
 
 def select_adapter(request: pb.ModelInferRequest, adapter: str) -> None:
@@ -112,6 +132,14 @@ def _set_one_string(request: pb.ModelInferRequest, index: int, value: bytes) -> 
         request.raw_input_contents[index] = len(value).to_bytes(BYTES_PREFIX, "little") + value
     else:
         request.inputs[index].contents.bytes_contents[0] = value
+
+
+def stream_error_message(error: GatewayError) -> str:
+    """A request's error inside a stream (no status code of its own): a refusal by a limit
+    names its gRPC code, as a unary call would carry it."""
+    if error.retry_after_s is not None:
+        return f"{error.grpc_code}: {error.message}"
+    return error.message
 
 
 def error_response(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
@@ -246,9 +274,13 @@ class InferenceService(pbg.GRPCInferenceServiceServicer):
         try:
             route = gateway.route_for(tenant, request.model_name)
             prepared = prepare_request(gateway, route, tenant, request)
+            grant = await gateway.admit(tenant, route, request_prompt_bytes(request),
+                                        request_max_tokens(request))
         except GatewayError as error:
-            await out.put(error_response(request, error.message))
+            await out.put(error_response(request, stream_error_message(error)))
             return
+        tally = TokenTally()
+        strip = ask_counts_grpc(prepared) if grant.counts_tokens else None
         tried: frozenset[str] = frozenset()
         errors: list[str] = []
         outcome = "failed"
@@ -264,7 +296,8 @@ class InferenceService(pbg.GRPCInferenceServiceServicer):
                     gateway.metrics.retries.labels(PROTOCOL, route.name).inc()
                 prepared.model_name = endpoint.triton_model
                 answered = await self._on_node(endpoint, route, request, prepared,
-                                               wants_empty_final, out, received, errors)
+                                               wants_empty_final, out, received, errors,
+                                               tally, strip)
                 if answered is not None:
                     outcome = answered
                     return
@@ -273,11 +306,14 @@ class InferenceService(pbg.GRPCInferenceServiceServicer):
                 f"({'; '.join(errors)}); retry shortly")))
         finally:
             gateway.metrics.requests.labels(PROTOCOL, route.name, tenant.name, outcome).inc()
+            # A request cancelled or failed pays for what was generated until then.
+            await gateway.settle(tenant, grant, tally.prompt or 0, tally.output)
 
     async def _on_node(self, endpoint: Endpoint, route: Route, request: pb.ModelInferRequest,
                        prepared: pb.ModelInferRequest, wants_empty_final: bool,
                        out: asyncio.Queue[pb.ModelStreamInferResponse | None], received: float,
-                       errors: list[str]) -> str | None:
+                       errors: list[str], tally: TokenTally, strip: frozenset[str] | None
+                       ) -> str | None:
         """The outcome once the node answered; None when it failed before its first response
         (the caller may retry elsewhere)."""
         gateway = self.gateway
@@ -302,6 +338,8 @@ class InferenceService(pbg.GRPCInferenceServiceServicer):
                 infer = response.infer_response
                 finished = bool(message) or infer.parameters[FINAL].bool_param
                 response.infer_response.model_name = request.model_name
+                if strip is not None:
+                    read_grpc(infer, tally, strip)
                 if infer.outputs:
                     tokens.inc()
                 if message or infer.outputs or wants_empty_final or not finished:

@@ -22,7 +22,8 @@ def create_app(gateway: Gateway, upstream: HttpUpstream) -> Any:
 
     @app.exception_handler(GatewayError)
     async def gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
-        return JSONResponse(error_document(request.url.path, exc), status_code=exc.http_status)
+        return JSONResponse(error_document(request.url.path, exc), status_code=exc.http_status,
+                            headers=exc.headers())
 
     @app.get("/healthz")
     async def healthz() -> dict[str, object]:

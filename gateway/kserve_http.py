@@ -16,6 +16,7 @@ from gateway.errors import BadRequest, NotServed
 from gateway.lora import generate_document_with_lora_name
 from gateway.routing.table import Route, Tenant
 from gateway.service import Gateway
+from gateway.token_counts import SseReader, TokenTally, ask_counts, read_json
 from gateway.upstream_http import HttpUpstream
 
 SERVER_NAME = "llm-gateway"
@@ -32,6 +33,18 @@ def parse_json_body(body: bytes) -> dict[str, Any]:
     return document
 
 
+def parse_max_tokens(value: Any) -> int | None:
+    """max_tokens as clients send it (an integer or a string of one); anything else is left to
+    the backend, which refuses it naming the field."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value > 0 else None
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip()) or None
+    return None
+
+
 def prompt_bytes(text_input: Any) -> int:
     if isinstance(text_input, str):
         return len(text_input.encode())
@@ -40,13 +53,31 @@ def prompt_bytes(text_input: Any) -> int:
     raise BadRequest("text_input must be a string")
 
 
-def generate_body(gateway: Gateway, route: Route, tenant: Tenant, document: dict[str, Any]
-                  ) -> bytes:
-    """The body the node gets: the client's, with checked prompt size, gateway parameters and
-    the adapter its model name selects."""
+def checked_prompt_bytes(gateway: Gateway, route: Route, document: dict[str, Any]) -> int:
     if "text_input" not in document:
         raise BadRequest("text_input is required (the prompt, a string)")
-    gateway.check_prompt_bytes(route, prompt_bytes(document["text_input"]), "text_input")
+    size = prompt_bytes(document["text_input"])
+    gateway.check_prompt_bytes(route, size, "text_input")
+    return size
+
+
+def max_tokens_of(document: dict[str, Any]) -> int | None:
+    """The output tokens a generate body asks for (None: the backend's default), where the
+    backend reads them: the sampling_parameters input, else the request parameters."""
+    sampling = document.get("sampling_parameters")
+    if isinstance(sampling, str):
+        try:
+            sampling = json.loads(sampling) if sampling.strip() else {}
+        except json.JSONDecodeError:
+            return None  # the backend refuses it, naming the field
+    source = sampling if isinstance(sampling, dict) else document.get("parameters")
+    return parse_max_tokens(source.get("max_tokens") if isinstance(source, dict) else None)
+
+
+def generate_body(gateway: Gateway, route: Route, tenant: Tenant, document: dict[str, Any]
+                  ) -> bytes:
+    """The body the node gets: the client's, with gateway parameters and the adapter its model
+    name selects."""
     parameters = document.get("parameters", {})
     if not isinstance(parameters, dict):
         raise BadRequest("parameters must be a JSON object")
@@ -101,8 +132,19 @@ def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
         received = time.monotonic()
         tenant = caller(request)
         route = gateway.route_for(tenant, model)
-        body = generate_body(gateway, route, tenant, parse_json_body(await request.body()))
-        answer = await upstream.open(route, PROTOCOL, path, body)
+        document = parse_json_body(await request.body())
+        size = checked_prompt_bytes(gateway, route, document)
+        grant = await gateway.admit(tenant, route, size, max_tokens_of(document))
+        tally, strip = TokenTally(), frozenset[str]()
+        try:
+            if grant.counts_tokens:
+                document = dict(document)
+                strip = ask_counts(document)
+            body = generate_body(gateway, route, tenant, document)
+            answer = await upstream.open(route, PROTOCOL, path, body)
+        except BaseException:
+            await gateway.settle(tenant, grant, 0, 0)  # it never reached a node
+            raise
         outcome = "ok" if answer.status == 200 else f"error_{answer.status}"
         gateway.metrics.requests.labels(PROTOCOL, route.name, tenant.name, outcome).inc()
         if answer.status != 200 or not path.endswith("generate_stream"):
@@ -110,22 +152,30 @@ def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
                 content = answer.first + b"".join([chunk async for chunk in answer.rest()])
             finally:
                 await upstream.close(answer)
+                if answer.status == 200 and grant.counts_tokens:
+                    content = read_json(content, tally, strip)
+                await gateway.settle(tenant, grant, tally.prompt or 0, tally.output)
             if answer.status == 200:
                 gateway.metrics.ttft.labels(PROTOCOL, route.name).observe(
                     time.monotonic() - received)
             return Response(content, status_code=answer.status, media_type="application/json")
         gateway.metrics.ttft.labels(PROTOCOL, route.name).observe(time.monotonic() - received)
+        reader = SseReader(tally, strip) if grant.counts_tokens else None
 
         async def events() -> Any:
             tokens = gateway.metrics.output_tokens.labels(PROTOCOL, route.name, tenant.name)
             try:
                 tokens.inc(answer.first.count(b"data: "))
-                yield answer.first
+                yield answer.first if reader is None else reader.feed(answer.first)
                 async for chunk in answer.rest():
                     tokens.inc(chunk.count(b"data: "))
-                    yield chunk
+                    yield chunk if reader is None else reader.feed(chunk)
+                if reader is not None:
+                    yield reader.rest()
             finally:
                 await upstream.close(answer)
+                # A stream the client dropped pays for what was generated until then.
+                await gateway.settle(tenant, grant, tally.prompt or 0, tally.output)
 
         return StreamingResponse(events(), media_type="text/event-stream")
 

@@ -23,7 +23,7 @@ def error_document(path: str, error: GatewayError) -> dict[str, Any]:
     """Triton's ``{"error": ...}`` on /v2, OpenAI's error object on /v1."""
     if path.startswith("/v1/"):
         return {"error": {"message": error.message, "type": error.openai_type, "param": None,
-                          "code": error.kind}}
+                          "code": error.openai_code}}
     return {"error": error.message}
 
 

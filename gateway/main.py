@@ -25,7 +25,8 @@ async def serve(settings: GatewaySettings) -> None:
     gateway = Gateway(settings)
     upstream = HttpUpstream(gateway)
     background = [asyncio.create_task(gateway.watcher.run(), name="routing-watcher"),
-                  asyncio.create_task(gateway.monitor.run(), name="node-monitor")]
+                  asyncio.create_task(gateway.monitor.run(), name="node-monitor"),
+                  asyncio.create_task(gateway.quotas.run(), name="limit-leases")]
     grpc_server = None
     service = InferenceService(gateway)
     if settings.grpc_port:
@@ -48,8 +49,9 @@ async def serve(settings: GatewaySettings) -> None:
         http="h11", h11_max_incomplete_event_size=settings.max_header_bytes,
         timeout_keep_alive=int(settings.keep_alive_seconds), timeout_graceful_shutdown=30)
     server = uvicorn.Server(config)
-    log.info("gateway: HTTP %s:%s, gRPC %s, routing from %s", settings.host, settings.http_port,
-             settings.grpc_port or "off", settings.control_plane_url)
+    log.info("gateway: HTTP %s:%s, gRPC %s, routing from %s, limits counted in %s",
+             settings.host, settings.http_port, settings.grpc_port or "off",
+             settings.control_plane_url, settings.redis_url or "this process")
     try:
         await server.serve()
     finally:
@@ -64,6 +66,8 @@ async def serve(settings: GatewaySettings) -> None:
         await upstream.aclose()
         await gateway.watcher.close()
         await gateway.monitor.close()
+        if gateway.redis is not None:
+            await gateway.redis.aclose()
 
 
 def main() -> None:

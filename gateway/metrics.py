@@ -36,3 +36,17 @@ class GatewayMetrics:
         self.routing_revision_age = Gauge(
             "llmgw_routing_table_age_seconds", "Seconds since the routing table was last "
             "confirmed by the control plane", registry=r)
+        self.limit_refusals = Counter(
+            "llmgw_limit_refusals", "Requests refused by a tenant limit",
+            ["tenant", "limit"], registry=r)
+        self.limit_store_up = Gauge(
+            "llmgw_limit_store_up", "1 while the limit store (Redis) answers; 0: counting in "
+            "memory (fail open) or refusing (fail closed)", registry=r)
+        self.limit_store_up.set(1)
+        self.limit_check = Histogram(
+            "llmgw_limit_check_seconds", "Time spent admitting a request against its limits",
+            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5),
+            registry=r)
+        self.tenant_tokens = Counter(
+            "llmgw_tenant_tokens", "Tokens settled against tenant limits (the backend's count)",
+            ["tenant", "kind"], registry=r)

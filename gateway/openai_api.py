@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from gateway.auth import bearer_key, parse_priority
 from gateway.backend_parameters import for_backend
 from gateway.errors import BadRequest, GatewayError, NodeFailed
-from gateway.kserve_http import parse_json_body
+from gateway.kserve_http import parse_json_body, parse_max_tokens
 from gateway.lora import with_lora_name
 from gateway.openai_translate import (
     OpenAIRequest,
@@ -116,7 +116,13 @@ def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
         if route.adapter is not None:
             # OpenAI's fields have no lora_name: the model name is the only place it comes from.
             parameters = with_lora_name(parameters, route.adapter, "parameters")
-        answers = await open_choices(route, oa, parameters)
+        grant = await gateway.admit(tenant, route, len(oa.text_input.encode()),
+                                    parse_max_tokens(oa.parameters.get("max_tokens")), oa.n)
+        try:
+            answers = await open_choices(route, oa, parameters)
+        except BaseException:
+            await gateway.settle(tenant, grant, 0, 0)  # it never reached a node
+            raise
         gateway.metrics.ttft.labels(PROTOCOL, route.name).observe(time.monotonic() - received)
         tokens = gateway.metrics.output_tokens.labels(PROTOCOL, route.name, tenant.name)
         outcomes = gateway.metrics.requests
@@ -143,6 +149,8 @@ def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
             finally:
                 for answer in answers:
                     await upstream.close(answer)
+                # Every choice is a request of its own, with the prompt.
+                await gateway.settle(tenant, grant, prompt_tokens * oa.n, completion_tokens)
             tokens.inc(completion_tokens)
             outcomes.labels(PROTOCOL, route.name, tenant.name, "ok").inc()
             return JSONResponse(final_response(oa, texts, reasons, prompt_tokens,
@@ -196,6 +204,7 @@ def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
                 for answer in answers:
                     await upstream.close(answer)
                 outcomes.labels(PROTOCOL, route.name, tenant.name, outcome).inc()
+                await gateway.settle(tenant, grant, prompt_tokens * oa.n, completion_tokens)
 
         return StreamingResponse(stream(), media_type="text/event-stream")
 

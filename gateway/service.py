@@ -7,8 +7,10 @@ import difflib
 import time
 
 from gateway.auth import authenticate, authorize
-from gateway.errors import BadRequest, ModelNotFound, NoNodeAvailable
+from gateway.errors import BadRequest, ModelNotFound, NoNodeAvailable, RateLimited
 from gateway.metrics import GatewayMetrics
+from gateway.quotas.admission import Grant, QuotaGate
+from gateway.quotas.policy import scopes_for
 from gateway.routing.balancer import Balancer
 from gateway.routing.monitor import NodeMonitor
 from gateway.routing.table import Endpoint, Route, RoutingTable, Tenant, split_adapter
@@ -30,6 +32,17 @@ class Gateway:
                                    settings.node_poll_interval_seconds)
         secret = settings.gateway_secret
         self.gateway_secret = secret.get_secret_value() if secret else None
+        self.redis = None
+        primary = None
+        if settings.redis_url:
+            # Imported only when configured: a gateway without Redis needs no client.
+            from gateway.quotas.redis_store import redis_counters
+            primary, self.redis = redis_counters(settings.redis_url,
+                                                 settings.redis_timeout_seconds)
+        self.quotas = QuotaGate(primary, settings.limits_failure_mode,
+                                on_store_state=lambda up: self.metrics.limit_store_up.set(
+                                    1 if up else 0),
+                                default_max_tokens=settings.default_max_tokens)
 
     @property
     def table(self) -> RoutingTable:
@@ -87,6 +100,37 @@ class Gateway:
             raise BadRequest(
                 f"{field} is {prompt_bytes} bytes: more than {route.name}'s context of "
                 f"{route.max_model_len} tokens can hold (at most {limit} bytes); shorten it")
+
+    async def admit(self, tenant: Tenant, route: Route, prompt_bytes: int,
+                    max_tokens: int | None, choices: int = 1) -> Grant:
+        """Hold the request to the tenant's limits (RateLimited, with when to retry); settle
+        the grant with ``settle`` when the request ends, whatever the outcome."""
+        scopes = scopes_for(tenant.name, tenant.limits, tenant.model_limits, route.model)
+        if not scopes:
+            return Grant(None)
+        started = time.perf_counter()
+        # Each token covers at least one byte and at most max_bytes_per_token: the prompt's
+        # bytes bound its tokens from above (reserved) and below (for "can never fit").
+        least = -(-prompt_bytes // self.settings.max_bytes_per_token)
+        try:
+            grant = await self.quotas.admit(
+                scopes, prompt_bytes * choices,
+                None if max_tokens is None else max_tokens * choices, least * choices)
+        except RateLimited as refusal:
+            self.metrics.limit_refusals.labels(tenant.name, refusal.limit).inc()
+            raise
+        finally:
+            self.metrics.limit_check.observe(time.perf_counter() - started)
+        return grant
+
+    async def settle(self, tenant: Tenant, grant: Grant, prompt_tokens: int | None,
+                     output_tokens: int | None) -> None:
+        used = None if prompt_tokens is None or output_tokens is None else \
+            prompt_tokens + output_tokens
+        if used is not None and grant.counts_tokens:
+            self.metrics.tenant_tokens.labels(tenant.name, "prompt").inc(prompt_tokens or 0)
+            self.metrics.tenant_tokens.labels(tenant.name, "output").inc(output_tokens or 0)
+        await self.quotas.settle(grant, used)
 
     def pick(self, route: Route, tried: frozenset[str]) -> Endpoint:
         endpoint = self.balancer.pick(route.endpoints, time.monotonic(), exclude=tried)

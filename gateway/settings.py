@@ -7,6 +7,8 @@ from enum import StrEnum
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gateway.quotas.admission import FailureMode
+
 MiB = 1024 * 1024
 
 
@@ -64,3 +66,16 @@ class GatewaySettings(BaseSettings):
     anonymous_tenant: str | None = Field(
         default=None, description="a tenant that requests without a key run as; unset: a key "
                                   "is required")
+    redis_url: str | None = Field(
+        default=None, description="where tenant limits are counted (redis://host:port/db), "
+                                  "shared by every gateway; unset: each gateway counts alone")
+    redis_timeout_seconds: float = Field(
+        default=0.25, gt=0, le=10, description="longest one Redis call may take before the "
+                                               "store counts as down")
+    limits_failure_mode: FailureMode = Field(
+        default=FailureMode.OPEN,
+        description="Redis down: 'open' counts in this gateway's memory (each replica on its "
+                    "own), 'closed' refuses limited tenants' requests with 503")
+    default_max_tokens: int = Field(
+        default=16, ge=1, description="tokens a request without max_tokens reserves for its "
+                                      "output (vLLM's default)")

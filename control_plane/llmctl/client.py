@@ -51,7 +51,8 @@ class ApiClient:
         self._http.close()
 
     def request(self, method: str, path: str, *, json_body: Any = None,
-                params: dict[str, Any] | None = None) -> ApiResponse:
+                params: dict[str, Any] | None = None,
+                headers: dict[str, str] | None = None) -> ApiResponse:
         """Send one request; a 2xx answer comes back, anything else is raised as LlmctlError."""
         if not self.config.token:
             raise LlmctlError(ExitCode.NOT_ALLOWED, "NoToken",
@@ -59,7 +60,8 @@ class ApiClient:
                               "token = \"...\" in the config file (see 'llmctl --help')")
         given = {key: value for key, value in (params or {}).items() if value is not None}
         try:
-            response = self._http.request(method, path, json=json_body, params=given)
+            response = self._http.request(method, path, json=json_body, params=given,
+                                          headers=headers)
         except httpx.TransportError as exc:
             raise LlmctlError(
                 ExitCode.UNREACHABLE, "Unreachable",

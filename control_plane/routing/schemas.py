@@ -39,6 +39,9 @@ class RoutedTenant(BaseModel):
     max_priority_level: int
     default_priority_level: int | None
     priority_over_limit: PriorityOverLimit
+    limits: dict[str, int] = Field(default_factory=dict,
+                                   description="the limits set (TenantLimits' fields)")
+    model_limits: dict[str, dict[str, int]] = Field(default_factory=dict)
     key_hashes: list[str] = Field(description="sha256 (hex) of each active key's secret")
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Any, ClassVar
 
-from sqlalchemy import JSON, Boolean, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy import JSON, Boolean, ForeignKey, Integer, String, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from control_plane.db import Base, UTCDateTime, utcnow
@@ -34,8 +35,17 @@ class Tenant(Base):
     default_priority_level: Mapped[int | None] = mapped_column(Integer)
     priority_over_limit: Mapped[str] = mapped_column(String(16))
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    # control_plane.tenants.limits.TenantLimits as JSON (only the limits set), and per model.
+    limits: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict,
+                                                   server_default=text("'{}'"))
+    model_limits: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict,
+                                                         server_default=text("'{}'"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # The ETag; bumped by every UPDATE (optimistic locking).
+    revision: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+
+    __mapper_args__: ClassVar[dict[str, Any]] = {"version_id_col": revision}
 
 
 class InferenceApiKey(Base):

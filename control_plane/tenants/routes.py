@@ -10,8 +10,10 @@ from fastapi import APIRouter, Path, Response, status
 from control_plane.auth.dependencies import Admin, Reader
 from control_plane.dependencies import DbSession
 from control_plane.error_handlers import error_responses
+from control_plane.labels import IfMatch
 from control_plane.pagination import MAX_OFFSET, Limit, Offset, Page
 from control_plane.tenants import service
+from control_plane.tenants.orm import Tenant
 from control_plane.tenants.schemas import (
     KeyCreate,
     KeyCreated,
@@ -29,12 +31,17 @@ TenantName = Annotated[str, Path(max_length=64)]
 KeyId = Annotated[int, Path(ge=1, le=MAX_OFFSET)]
 
 
+def _tenant(response: Response, tenant: Tenant) -> TenantOut:
+    response.headers["ETag"] = service.tenant_etag(tenant)
+    return TenantOut.of(tenant)
+
+
 @router.post("", status_code=status.HTTP_201_CREATED, responses=error_responses(409))
 def create_tenant(body: TenantCreate, response: Response, session: DbSession, actor: Admin
                   ) -> TenantOut:
     tenant = service.create_tenant(session, actor, body)
     response.headers["Location"] = f"/api/v1/tenants/{tenant.name}"
-    return TenantOut.of(tenant)
+    return _tenant(response, tenant)
 
 
 @router.get("")
@@ -47,22 +54,24 @@ def list_tenants(session: DbSession, _: Reader, limit: Limit = 50, offset: Offse
 
 
 @router.get("/{name}", responses=error_responses(404))
-def get_tenant(name: TenantName, session: DbSession, _: Reader) -> TenantOut:
-    return TenantOut.of(service.get_tenant(session, name))
+def get_tenant(name: TenantName, response: Response, session: DbSession, _: Reader
+               ) -> TenantOut:
+    return _tenant(response, service.get_tenant(session, name))
 
 
-@router.patch("/{name}", responses=error_responses(404))
-def update_tenant(name: TenantName, body: TenantUpdate, session: DbSession, actor: Admin
-                  ) -> TenantOut:
-    """Change only the fields given."""
-    return TenantOut.of(service.update_tenant(session, actor, name, body))
+@router.patch("/{name}", responses=error_responses(404, 412))
+def update_tenant(name: TenantName, body: TenantUpdate, response: Response, session: DbSession,
+                  actor: Admin, if_match: IfMatch = None) -> TenantOut:
+    """Change only the fields given (``limits`` and ``model_limits`` whole)."""
+    return _tenant(response, service.update_tenant(session, actor, name, body, if_match))
 
 
 @router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT,
-               responses=error_responses(404))
-def delete_tenant(name: TenantName, session: DbSession, actor: Admin) -> Response:
+               responses=error_responses(404, 412))
+def delete_tenant(name: TenantName, session: DbSession, actor: Admin,
+                  if_match: IfMatch = None) -> Response:
     """Delete the tenant and all its keys."""
-    service.delete_tenant(session, actor, name)
+    service.delete_tenant(session, actor, name, if_match)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

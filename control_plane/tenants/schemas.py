@@ -10,6 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from control_plane.registry.schemas import MODEL_NAME_PATTERN
 from control_plane.registry.serving import Level
+from control_plane.tenants.limits import ModelLimits, TenantLimits
 from control_plane.tenants.orm import ALL_MODELS, InferenceApiKey, PriorityOverLimit, Tenant
 
 _MODEL_NAME = re.compile(MODEL_NAME_PATTERN)
@@ -54,15 +55,19 @@ class TenantCreate(_Input):
     priority_over_limit: PriorityOverLimit = Field(default=PriorityOverLimit.REFUSE,
                                                    description=_OVER_LIMIT_HELP)
     enabled: bool = Field(default=True, description="false: the gateway refuses its requests")
+    limits: TenantLimits = Field(default_factory=TenantLimits,
+                                 description="the tenant's limits over all models; unset: none")
+    model_limits: ModelLimits = Field(default_factory=dict)
 
 
 # Fields that have a value in every tenant: a PATCH may leave them out, not set them to null.
-_NOT_NULLABLE = ("allowed_models", "max_priority_level", "priority_over_limit", "enabled")
+_NOT_NULLABLE = ("allowed_models", "max_priority_level", "priority_over_limit", "enabled",
+                 "limits", "model_limits")
 
 
 class TenantUpdate(_Input):
     """Only the fields given change; ``default_priority_level: null`` returns it to the model's
-    default."""
+    default. ``limits`` and ``model_limits`` are replaced whole when given (``{}``: none)."""
 
     allowed_models: AllowedModels | None = None
     max_priority_level: Level | None = Field(default=None, description=_MAX_LEVEL_HELP)
@@ -70,6 +75,8 @@ class TenantUpdate(_Input):
     priority_over_limit: PriorityOverLimit | None = Field(default=None,
                                                           description=_OVER_LIMIT_HELP)
     enabled: bool | None = None
+    limits: TenantLimits | None = None
+    model_limits: ModelLimits | None = None
 
     @model_validator(mode="after")
     def _no_null_where_a_value_is_needed(self) -> Self:
@@ -88,6 +95,8 @@ class TenantOut(BaseModel):
     default_priority_level: int | None
     priority_over_limit: PriorityOverLimit
     enabled: bool
+    limits: TenantLimits
+    model_limits: dict[str, TenantLimits]
     created_at: datetime
     updated_at: datetime
 
@@ -97,8 +106,10 @@ class TenantOut(BaseModel):
                    max_priority_level=tenant.max_priority_level,
                    default_priority_level=tenant.default_priority_level,
                    priority_over_limit=PriorityOverLimit(tenant.priority_over_limit),
-                   enabled=tenant.enabled, created_at=tenant.created_at,
-                   updated_at=tenant.updated_at)
+                   enabled=tenant.enabled, limits=TenantLimits.model_validate(tenant.limits),
+                   model_limits={name: TenantLimits.model_validate(item)
+                                 for name, item in tenant.model_limits.items()},
+                   created_at=tenant.created_at, updated_at=tenant.updated_at)
 
 
 class KeyCreate(_Input):

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from control_plane.auth import audit
 from control_plane.auth.scopes import Actor
 from control_plane.auth.tokens import TOKEN_NAME
+from control_plane.concurrency import check_if_match, etag
 from control_plane.db import utcnow
 from control_plane.errors import (
     Conflict,
@@ -23,7 +24,8 @@ from control_plane.errors import (
     TenantNotFound,
 )
 from control_plane.tenants import keys
-from control_plane.tenants.orm import InferenceApiKey, Tenant
+from control_plane.tenants.limits import TenantLimits, model_limits_json
+from control_plane.tenants.orm import ALL_MODELS, InferenceApiKey, Tenant
 from control_plane.tenants.repository import InferenceKeyRepository, TenantRepository
 from control_plane.tenants.schemas import KeyOut, TenantCreate, TenantOut, TenantUpdate
 
@@ -55,16 +57,33 @@ def _check_priorities(max_level: int, default_level: int | None) -> None:
             "max_priority_level")
 
 
+def tenant_etag(tenant: Tenant) -> str:
+    return etag(tenant.id, tenant.revision)
+
+
+def _check_model_limits(allowed_models: list[str], model_limits: dict[str, TenantLimits]
+                        ) -> None:
+    if ALL_MODELS in allowed_models:
+        return
+    stray = sorted(set(model_limits) - set(allowed_models))
+    if stray:
+        raise InvalidRequest(f"model_limits name {', '.join(stray)}, which the tenant may not "
+                             f"use (allowed_models: {', '.join(allowed_models)}); drop them or "
+                             "allow the models")
+
+
 def create_tenant(session: Session, actor: Actor, data: TenantCreate) -> Tenant:
     _check_name("tenant", data.name)
     _check_priorities(data.max_priority_level, data.default_priority_level)
+    _check_model_limits(data.allowed_models, data.model_limits)
     repository = TenantRepository(session)
     if repository.get_by_name(data.name) is not None:
         raise TenantAlreadyExists(data.name)
     tenant = Tenant(name=data.name, allowed_models=data.allowed_models,
                     max_priority_level=data.max_priority_level,
                     default_priority_level=data.default_priority_level,
-                    priority_over_limit=data.priority_over_limit.value, enabled=data.enabled)
+                    priority_over_limit=data.priority_over_limit.value, enabled=data.enabled,
+                    limits=data.limits.as_json(), model_limits=model_limits_json(data.model_limits))
     try:
         repository.save(tenant)
     except IntegrityError as exc:  # a concurrent create of the same name won the race
@@ -84,17 +103,29 @@ def list_tenants(session: Session, limit: int, offset: int) -> tuple[Sequence[Te
     return TenantRepository(session).list(limit, offset)
 
 
-def update_tenant(session: Session, actor: Actor, name: str, data: TenantUpdate) -> Tenant:
+def update_tenant(session: Session, actor: Actor, name: str, data: TenantUpdate,
+                  if_match: str | None = None) -> Tenant:
     """Change the fields ``data`` gives; the result is checked as a whole (a PATCH of only
     max_priority_level must still leave the default level allowed)."""
     tenant = get_tenant(session, name, for_update=True)
-    changes = {field: getattr(data, field) for field in data.model_fields_set}
+    check_if_match(tenant_etag(tenant), if_match, f"tenant '{name}'")
+    changes: dict[str, Any] = {field: getattr(data, field) for field in data.model_fields_set}
     max_level = changes.get("max_priority_level", tenant.max_priority_level)
     default_level = changes.get("default_priority_level", tenant.default_priority_level)
     _check_priorities(max_level, default_level)
+    model_limits = changes.get("model_limits")
+    _check_model_limits(changes.get("allowed_models", tenant.allowed_models),
+                        model_limits if model_limits is not None else
+                        {n: TenantLimits.model_validate(v) for n, v in tenant.model_limits.items()})
+    if "priority_over_limit" in changes:
+        changes["priority_over_limit"] = changes["priority_over_limit"].value
+    if "limits" in changes:
+        changes["limits"] = changes["limits"].as_json()
+    if model_limits is not None:
+        changes["model_limits"] = model_limits_json(model_limits)
     before = _snapshot(tenant)
     for field, value in changes.items():
-        setattr(tenant, field, value.value if field == "priority_over_limit" else value)
+        setattr(tenant, field, value)
     after = _snapshot(tenant)
     if after == before:
         return tenant
@@ -104,9 +135,11 @@ def update_tenant(session: Session, actor: Actor, name: str, data: TenantUpdate)
     return tenant
 
 
-def delete_tenant(session: Session, actor: Actor, name: str) -> None:
+def delete_tenant(session: Session, actor: Actor, name: str, if_match: str | None = None
+                  ) -> None:
     """Delete the tenant and its keys: the gateway refuses them from its next routing table."""
     tenant = get_tenant(session, name, for_update=True)
+    check_if_match(tenant_etag(tenant), if_match, f"tenant '{name}'")
     before = {**_snapshot(tenant),
               "active_keys": InferenceKeyRepository(session).count_active(tenant.id)}
     TenantRepository(session).delete(tenant)

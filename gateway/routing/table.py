@@ -8,6 +8,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from gateway.quotas.policy import NO_LIMITS, Limits
+
 PRODUCTION = "production"
 # ``M:<adapter>`` selects a LoRA adapter of served name M; model and alias names have no colon.
 ADAPTER_SEPARATOR = ":"
@@ -65,6 +67,8 @@ class Tenant:
     max_priority_level: int = 1
     default_priority_level: int | None = None
     priority_over_limit: OverLimit = OverLimit.REFUSE
+    limits: Limits = NO_LIMITS
+    model_limits: Mapping[str, Limits] = field(default_factory=dict)
 
     def may_use(self, route: Route) -> bool:
         return "*" in self.allowed_models or route.model in self.allowed_models
@@ -119,13 +123,17 @@ def parse_table(document: Mapping[str, Any]) -> RoutingTable:
                 allowed_models=frozenset(entry["allowed_models"]),
                 max_priority_level=int(entry.get("max_priority_level", 1)),
                 default_priority_level=entry.get("default_priority_level"),
-                priority_over_limit=OverLimit(entry.get("priority_over_limit", "refuse")))
+                priority_over_limit=OverLimit(entry.get("priority_over_limit", "refuse")),
+                # Absent from an older control plane: unlimited.
+                limits=Limits.parse(entry.get("limits") or {}),
+                model_limits={model: Limits.parse(limits) for model, limits in
+                              (entry.get("model_limits") or {}).items()})
             tenants[tenant.name] = tenant
             for key_hash in entry.get("key_hashes", []):
                 by_hash[key_hash] = tenant.name
         return RoutingTable(revision=str(document["revision"]), routes=routes, tenants=tenants,
                             tenant_by_key_hash=by_hash)
-    except (KeyError, TypeError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"malformed routing table: {type(exc).__name__}: {exc}") from None
 
 

@@ -11,7 +11,7 @@ from control_plane.llmctl.commands.models import show_page_position
 from control_plane.llmctl.commands.options import Limit, Offset
 from control_plane.llmctl.errors import usage_error
 from control_plane.llmctl.invocation import invocation, segment
-from control_plane.llmctl.output import Output, when
+from control_plane.llmctl.output import Output, cell, when
 
 tenants_app = typer.Typer(help="Tenants of the inference gateway: allowed models, priority "
                                "limits, API keys.", no_args_is_help=True)
@@ -130,6 +130,64 @@ def update(ctx: typer.Context, tenant: TenantArgument, model: Models = None,
     found = run.client.patch(f"/tenants/{segment(tenant)}", body)
     run.out.present(found, lambda: show_tenant(run.out, found,
                                                f"updated tenant '{found['name']}'"))
+
+
+LIMIT_KINDS = ("requests_per_minute", "tokens_per_minute", "concurrent_requests", "daily_tokens")
+LimitValue = Annotated[str | None, typer.Option(metavar="N|none", show_default=False)]
+
+
+def _limit(option: str, given: str) -> int | None:
+    if given.strip().lower() == "none":
+        return None
+    if not given.strip().isdigit() or int(given) < 1:
+        raise usage_error(f"--{option} '{given}' is not a limit; give a positive number, or "
+                          "'none' to lift it")
+    return int(given)
+
+
+@tenants_app.command("limits")
+def limits(ctx: typer.Context, tenant: TenantArgument,
+           model: Annotated[str | None, typer.Option(
+               "--model", metavar="MODEL",
+               help="the tenant's limits on this model (on top of its own); default: its own")
+           ] = None,
+           requests_per_minute: LimitValue = None, tokens_per_minute: LimitValue = None,
+           concurrent_requests: LimitValue = None, daily_tokens: LimitValue = None) -> None:
+    """Set or lift a tenant's limits ('none' lifts one); the others stay. Without options,
+    show them."""
+    run = invocation(ctx)
+    path = f"/tenants/{segment(tenant)}"
+    current = run.client.request("GET", path)
+    given = dict(zip(LIMIT_KINDS, (requests_per_minute, tokens_per_minute, concurrent_requests,
+                                   daily_tokens), strict=True))
+    changes = {kind: _limit(kind.replace("_", "-"), value) for kind, value in given.items()
+               if value is not None}
+    body = current.body
+    if changes:
+        model_limits = {name: _set(limits) for name, limits in body["model_limits"].items()}
+        if model is None:
+            patch: dict[str, Any] = {"limits": {**_set(body["limits"]), **changes}}
+        else:
+            model_limits[model] = {**model_limits.get(model, {}), **changes}
+            patch = {"model_limits": {name: {k: v for k, v in limits.items() if v is not None}
+                                      for name, limits in model_limits.items()}}
+        if "limits" in patch:
+            patch["limits"] = {k: v for k, v in patch["limits"].items() if v is not None}
+        # If-Match: a change made meanwhile by someone else is not overwritten (412, exit 2).
+        body = run.client.request("PATCH", path, json_body=patch,
+                                  headers={"If-Match": current.headers["ETag"]}).body
+
+    def human() -> None:
+        rows = [["(all models)", *[cell(body["limits"].get(k)) for k in LIMIT_KINDS]]]
+        rows += [[name, *[cell(limits.get(k)) for k in LIMIT_KINDS]]
+                 for name, limits in sorted(body["model_limits"].items())]
+        run.out.table(["SCOPE", "REQUESTS/MIN", "TOKENS/MIN", "IN FLIGHT", "TOKENS/DAY"], rows)
+
+    run.out.present(body, human)
+
+
+def _set(limits: dict[str, Any]) -> dict[str, Any]:
+    return {kind: value for kind, value in limits.items() if value is not None}
 
 
 @tenants_app.command("delete")

@@ -11,7 +11,9 @@ def test_tenants_create_list_show_update_delete(llmctl: Llmctl) -> None:
     assert created.code == 0, created
     assert {k: v for k, v in created.document().items() if not k.endswith("_at")} == {
         "name": "demo", "allowed_models": ["*"], "max_priority_level": 1,
-        "default_priority_level": None, "priority_over_limit": "refuse", "enabled": True}
+        "default_priority_level": None, "priority_over_limit": "refuse", "enabled": True,
+        "limits": {"requests_per_minute": None, "tokens_per_minute": None,
+                   "concurrent_requests": None, "daily_tokens": None}, "model_limits": {}}
     batch = llmctl("tenants", "create", "batch", "--model", "smollm2", "--model", "chat",
                    "--max-priority-level", "2", "--default-priority-level", "3",
                    "--over-limit", "lower", "--disabled")
@@ -88,3 +90,28 @@ def test_tenant_keys_create_list_revoke(llmctl: Llmctl) -> None:
     assert unknown.error_document(2)["error"] == "InferenceKeyNotFound"
     taken = llmctl("tenants", "keys", "create", "demo", "web", "--json")
     assert "already has a key named 'web'" in taken.error_document(6)["detail"]
+
+
+def test_tenants_limits_set_lift_and_show_per_tenant_and_per_model(llmctl: Llmctl) -> None:
+    assert llmctl("tenants", "create", "acme", "--model", "smollm2", "--model", "chat").code == 0
+    set_own = llmctl("tenants", "limits", "acme", "--requests-per-minute", "60",
+                     "--tokens-per-minute", "20000", "--json")
+    assert set_own.code == 0, set_own
+    assert set_own.document()["limits"]["requests_per_minute"] == 60
+    on_chat = llmctl("tenants", "limits", "acme", "--model", "chat", "--concurrent-requests",
+                     "2", "--json").document()
+    assert on_chat["model_limits"]["chat"]["concurrent_requests"] == 2
+    assert on_chat["limits"]["tokens_per_minute"] == 20000  # the others stay
+    lifted = llmctl("tenants", "limits", "acme", "--tokens-per-minute", "none", "--json")
+    assert lifted.document()["limits"]["tokens_per_minute"] is None
+    assert lifted.document()["limits"]["requests_per_minute"] == 60
+    shown = llmctl("tenants", "limits", "acme", env={"CI": "true"})
+    rows = [line.split() for line in shown.stdout.splitlines()]
+    assert rows[0][:2] == ["SCOPE", "REQUESTS/MIN"]
+    assert rows[1] == ["(all", "models)", "60", "-", "-", "-"]
+    assert rows[2] == ["chat", "-", "-", "2", "-"]
+    bad = llmctl("tenants", "limits", "acme", "--daily-tokens", "lots", "--json")
+    assert "not a limit" in bad.error_document(2)["detail"]
+    stray = llmctl("tenants", "limits", "acme", "--model", "other", "--daily-tokens", "5",
+                   "--json")
+    assert "model_limits name other" in stray.error_document(2)["detail"]

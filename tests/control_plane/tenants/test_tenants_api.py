@@ -14,6 +14,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from control_plane.tenants.orm import InferenceApiKey
 
 TENANTS = "/api/v1/tenants"
+NO_LIMITS = {"requests_per_minute": None, "tokens_per_minute": None, "concurrent_requests": None,
+             "daily_tokens": None}
 
 
 def _ok(response: Any, *codes: int) -> Any:
@@ -34,7 +36,8 @@ def test_create_get_list_update_delete(client: TestClient, admin: dict[str, str]
     assert created.headers["Location"] == f"{TENANTS}/demo"
     assert {k: v for k, v in body.items() if not k.endswith("_at")} == {
         "name": "demo", "allowed_models": ["*"], "max_priority_level": 1,
-        "default_priority_level": None, "priority_over_limit": "refuse", "enabled": True}
+        "default_priority_level": None, "priority_over_limit": "refuse", "enabled": True,
+        "limits": NO_LIMITS, "model_limits": {}}
     assert _ok(client.get(f"{TENANTS}/demo", headers=reader)) == body
 
     _ok(client.post(TENANTS, headers=admin, json={
@@ -68,6 +71,53 @@ def test_create_get_list_update_delete(client: TestClient, admin: dict[str, str]
         "tenant.delete", "tenant.update", "tenant.update", "tenant.create"]
     assert audit["items"][2]["before"]["allowed_models"] == ["*"]
     assert audit["items"][2]["after"]["allowed_models"] == ["smollm2"]
+
+
+def test_limits_are_set_replaced_checked_audited_and_published(
+        client: TestClient, admin: dict[str, str], reader: dict[str, str]) -> None:
+    created = client.post(TENANTS, headers=admin, json={
+        "name": "acme", "allowed_models": ["smollm2", "chat"],
+        "limits": {"requests_per_minute": 60, "tokens_per_minute": 20000},
+        "model_limits": {"chat": {"concurrent_requests": 2}}})
+    body = _ok(created, 201)
+    assert body["limits"] == {**NO_LIMITS, "requests_per_minute": 60, "tokens_per_minute": 20000}
+    assert body["model_limits"] == {"chat": {**NO_LIMITS, "concurrent_requests": 2}}
+    etag = created.headers["ETag"]
+    assert client.get(f"{TENANTS}/acme", headers=reader).headers["ETag"] == etag
+
+    # Replaced whole; a stale ETag is refused and changes nothing.
+    updated = client.patch(f"{TENANTS}/acme", headers={**admin, "If-Match": etag},
+                           json={"limits": {"daily_tokens": 1_000_000}})
+    assert _ok(updated)["limits"] == {**NO_LIMITS, "daily_tokens": 1_000_000}
+    assert updated.headers["ETag"] != etag
+    stale = client.patch(f"{TENANTS}/acme", headers={**admin, "If-Match": etag},
+                         json={"limits": {}})
+    assert "changed since you read it" in _refused(stale, 412)
+    assert "changed since you read it" in _refused(
+        client.delete(f"{TENANTS}/acme", headers={**admin, "If-Match": etag}), 412)
+
+    # Errors name the field and the fix.
+    assert "requests_per_mintue" in _refused(client.patch(f"{TENANTS}/acme", headers=admin, json={
+        "limits": {"requests_per_mintue": 5}}))
+    assert "greater than or equal to 1" in _refused(client.patch(
+        f"{TENANTS}/acme", headers=admin, json={"limits": {"concurrent_requests": 0}}))
+    assert "model_limits name other, which the tenant may not use" in _refused(client.patch(
+        f"{TENANTS}/acme", headers=admin, json={"model_limits": {"other": {"daily_tokens": 5}}}))
+    # Narrowing allowed_models under a model's limits is refused the same way.
+    assert "model_limits name chat" in _refused(client.patch(
+        f"{TENANTS}/acme", headers=admin, json={"allowed_models": ["smollm2"]}))
+    assert "limits cannot be null" in _refused(client.patch(
+        f"{TENANTS}/acme", headers=admin, json={"limits": None}))
+
+    (routed,) = [t for t in _ok(client.get("/api/v1/routing", headers=reader))["tenants"]
+                 if t["name"] == "acme"]
+    assert (routed["limits"], routed["model_limits"]) == (
+        {"daily_tokens": 1_000_000}, {"chat": {"concurrent_requests": 2}})
+    audit = _ok(client.get("/api/v1/audit", headers=admin,
+                           params={"target_type": "tenant", "target": "acme"}))
+    assert [e["action"] for e in audit["items"]] == ["tenant.update", "tenant.create"]
+    assert audit["items"][0]["before"]["limits"]["requests_per_minute"] == 60
+    assert audit["items"][0]["after"]["limits"]["daily_tokens"] == 1_000_000
 
 
 def test_a_patch_that_changes_nothing_is_not_audited(client: TestClient,

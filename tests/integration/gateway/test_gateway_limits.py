@@ -1,0 +1,246 @@
+"""Tenant limits through real gateway processes in front of the session's nodes (real backend and
+model), counted in a real Redis of this module's own: each limit refused at the right point in
+every protocol with when to retry, two gateways enforcing one limit together, a cancelled stream
+settling to what it used, the backend's counts on the gateway's metrics, and Redis stopped under
+a fail-open and a fail-closed gateway."""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+import tritonclient.grpc as grpcclient
+
+from control_plane.serve import GatewayPorts, GatewayProcess
+from control_plane.triton.runtime import CACHE_DIR
+from control_plane.triton.server import free_port
+from tests.integration.gateway.conftest import MODEL, Stack
+from tests.integration.gateway.test_gateway_protocols import grpc_inputs
+from tests.redis_server import RedisServer
+
+pytestmark = pytest.mark.integration
+PROMPT = "The capital of France is"
+
+
+@dataclass
+class Gateways:
+    redis: RedisServer
+    first: GatewayProcess  # fail open
+    second: GatewayProcess  # fail open, the same Redis
+    closed: GatewayProcess  # fail closed, the same Redis
+
+
+def _gateway(stack: Stack, redis: RedisServer, name: str, mode: str) -> GatewayProcess:
+    token = stack.control_plane.cli("tokens", "create", "--name", f"limits-{name}", "--scope",
+                                    "read").strip().splitlines()[-1]
+    process = GatewayProcess(
+        GatewayPorts("127.0.0.1", free_port(), free_port()), stack.control_plane.url, token,
+        stack.secret, log_path=CACHE_DIR / "logs" / f"test-gateway-limits-{name}.log",
+        settings={"LLMGW_REDIS_URL": redis.url, "LLMGW_LIMITS_FAILURE_MODE": mode,
+                  "LLMGW_ROUTING_WAIT_SECONDS": "2", "LLMGW_NODE_POLL_INTERVAL_SECONDS": "0.5"})
+    process.start()
+    return process
+
+
+@pytest.fixture(scope="module")
+def gateways(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateways]:
+    redis = RedisServer(tmp_path_factory.mktemp("limits-redis"))
+    redis.start()
+    started = []
+    try:
+        for name, mode in (("first", "open"), ("second", "open"), ("closed", "closed")):
+            started.append(_gateway(stack, redis, name, mode))
+        for process in started:
+            process.wait_serving(MODEL, stack.keys["acme"])
+        yield Gateways(redis, *started)
+    finally:
+        for process in started:
+            process.stop()
+        redis.stop()
+
+
+def tenant(stack: Stack, gateways: Gateways, **limits: int) -> str:
+    """A new tenant with ``limits`` and a key, once every gateway serves it; its key."""
+    name = f"lim-{uuid.uuid4().hex[:8]}"
+    created = stack.admin.post("/api/v1/tenants", json={"name": name, "allowed_models": [MODEL],
+                                                        "limits": limits})
+    assert created.status_code == 201, created.text
+    key: str = stack.admin.post(f"/api/v1/tenants/{name}/keys", json={"name": "k"}).json()["key"]
+    for process in (gateways.first, gateways.second, gateways.closed):
+        process.wait_serving(MODEL, key)
+    return key
+
+
+def generate(gateway: GatewayProcess, key: str, max_tokens: int = 4, **body: Any
+             ) -> httpx.Response:
+    document = {"text_input": PROMPT, "parameters": {"max_tokens": max_tokens,
+                                                     "temperature": 0}, **body}
+    return httpx.post(f"http://{gateway.http_address}/v2/models/{MODEL}/generate",
+                      headers={"Authorization": f"Bearer {key}"}, timeout=120, json=document)
+
+
+def retry_after(response: httpx.Response) -> int:
+    return int(response.headers["Retry-After"])
+
+
+def test_requests_per_minute_across_two_gateways_in_every_protocol(
+        stack: Stack, gateways: Gateways) -> None:
+    key = tenant(stack, gateways, requests_per_minute=4)
+    assert generate(gateways.first, key).status_code == 200
+    assert generate(gateways.second, key).status_code == 200
+    openai = httpx.post(f"http://{gateways.second.http_address}/v1/completions",
+                        headers={"Authorization": f"Bearer {key}"}, timeout=120,
+                        json={"model": MODEL, "prompt": PROMPT, "max_tokens": 2})
+    assert openai.status_code == 200, openai.text
+    assert generate(gateways.first, key).status_code == 200  # 4 of 4, across both gateways
+
+    refused = generate(gateways.second, key)
+    assert refused.status_code == 429
+    assert 1 <= retry_after(refused) <= 60
+    assert "has made 4 request(s) this minute, its limit (requests_per_minute)" in \
+        refused.json()["error"]
+    over = httpx.post(f"http://{gateways.first.http_address}/v1/chat/completions",
+                      headers={"Authorization": f"Bearer {key}"}, timeout=30,
+                      json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+    assert over.status_code == 429 and 1 <= retry_after(over) <= 60
+    assert over.json()["error"]["code"] == "rate_limit_exceeded"
+    assert over.json()["error"]["type"] == "requests"
+
+    client = grpcclient.InferenceServerClient(gateways.first.grpc_address)
+    results: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client.start_stream(callback=lambda result, error: results.put((result, error)),
+                        headers={"authorization": f"Bearer {key}"})
+    try:
+        client.async_stream_infer(MODEL, grpc_inputs(PROMPT, {"max_tokens": 2}),
+                                  request_id="over")
+        result, error = results.get(timeout=30)
+        assert result is None and error is not None
+        assert "RESOURCE_EXHAUSTED" in str(error) and "requests_per_minute" in str(error)
+    finally:
+        client.stop_stream()
+        client.close()
+    metrics = httpx.get(f"http://{gateways.first.http_address}/metrics").text
+    assert re.search(rf'llmgw_limit_refusals_total{{limit="requests_per_minute",'
+                     rf'tenant="{_tenant_of(stack, key)}"}} [1-9]', metrics), metrics
+
+
+def _tenant_of(stack: Stack, key: str) -> str:
+    import hashlib
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    table = stack.admin.get("/api/v1/routing").json()
+    (found,) = [t["name"] for t in table["tenants"] if digest in t["key_hashes"]]
+    return str(found)
+
+
+def settled(process: GatewayProcess, name: str) -> dict[str, float]:
+    """The tokens a gateway settled for tenant ``name``, by kind (prompt, output)."""
+    text = httpx.get(f"http://{process.http_address}/metrics").text
+    found = {kind: float(value) for kind, value in re.findall(
+        rf'llmgw_tenant_tokens_total{{kind="(\w+)",tenant="{name}"}} ([0-9.]+)', text)}
+    return {"prompt": found.get("prompt", 0.0), "output": found.get("output", 0.0)}
+
+
+def test_tokens_settle_to_the_backends_count_and_only_asked_counts_reach_the_client(
+        stack: Stack, gateways: Gateways) -> None:
+    key = tenant(stack, gateways, tokens_per_minute=700)
+    name = _tenant_of(stack, key)
+    asked = generate(gateways.second, key, return_num_input_tokens=True,
+                     return_num_output_tokens=True, parameters={"max_tokens": 8,
+                                                                "ignore_eos": True})
+    assert asked.status_code == 200, asked.text
+    # Shape-[1] tensors come as scalars in Triton's generate JSON.
+    prompt = int(asked.json()["num_input_tokens"])
+    assert asked.json()["num_output_tokens"] == 8
+    plain = generate(gateways.first, key, parameters={"max_tokens": 8, "ignore_eos": True})
+    assert plain.status_code == 200, plain.text
+    assert "num_output_tokens" not in plain.json() and "num_input_tokens" not in plain.json()
+
+    # A stream dropped after its first events pays for what it used, not the 480 reserved
+    # (Triton notices a dropped HTTP client on a "stream": true request).
+    with httpx.stream("POST", f"http://{gateways.first.http_address}/v2/models/{MODEL}/"
+                      "generate_stream", headers={"Authorization": f"Bearer {key}"}, timeout=120,
+                      json={"text_input": PROMPT, "stream": True, "parameters": {
+                          "max_tokens": 480, "ignore_eos": True}}) as stream:
+        assert stream.status_code == 200
+        events = 0
+        for line in stream.iter_lines():
+            if line.startswith("data: "):
+                assert "num_output_tokens" not in json.loads(line[len("data: "):])
+                events += 1
+                if events == 3:
+                    break
+    deadline = time.monotonic() + 15
+    while settled(gateways.first, name)["prompt"] < 2 * prompt:
+        assert time.monotonic() < deadline, "the dropped stream was not settled"
+        time.sleep(0.2)
+    streamed = settled(gateways.first, name)["output"] - 8
+    assert 3 <= streamed < 300, streamed
+    # Had the dropped stream kept its reservation (prompt + 480), this would not fit in 700.
+    again = generate(gateways.second, key, return_num_output_tokens=True,
+                     parameters={"max_tokens": 480})
+    assert again.status_code == 200, again.text
+    # What both gateways settled is what the backend counted.
+    totals = [settled(g, name) for g in (gateways.first, gateways.second)]
+    assert sum(t["prompt"] for t in totals) == 4 * prompt
+    assert sum(t["output"] for t in totals) == 8 + 8 + streamed + again.json()["num_output_tokens"]
+    over = generate(gateways.first, key, max_tokens=700)
+    assert over.status_code == 400 and "tokens_per_minute of 700 allows at all" in \
+        over.json()["error"]
+
+
+def test_concurrent_requests_and_the_daily_budget(stack: Stack, gateways: Gateways) -> None:
+    key = tenant(stack, gateways, concurrent_requests=1, daily_tokens=500)
+    with httpx.stream("POST", f"http://{gateways.first.http_address}/v2/models/{MODEL}/"
+                      "generate_stream", headers={"Authorization": f"Bearer {key}"}, timeout=120,
+                      json={"text_input": PROMPT, "stream": True, "parameters": {
+                          "max_tokens": 200, "ignore_eos": True}}) as stream:
+        lines = stream.iter_lines()
+        next(line for line in lines if line.startswith("data: "))
+        busy = generate(gateways.second, key, max_tokens=2)  # the other gateway sees the slot
+        assert busy.status_code == 429 and retry_after(busy) == 1
+        assert "1 request(s) in flight, its limit (concurrent_requests)" in busy.json()["error"]
+        for _ in lines:
+            pass
+    time.sleep(0.5)
+    assert generate(gateways.second, key, max_tokens=2).status_code == 200
+    # 500 a day, ~220 used: what is left cannot hold 300 more output tokens.
+    refused = generate(gateways.first, key, max_tokens=300)
+    assert refused.status_code == 429
+    assert "daily_tokens of 500 today (UTC)" in refused.json()["error"]
+    now = time.time()
+    midnight = (now // 86400 + 1) * 86400
+    assert abs(retry_after(refused) - (midnight - now)) <= 5
+
+
+def test_redis_stopped_fails_open_on_one_gateway_and_closed_on_the_other(
+        stack: Stack, gateways: Gateways) -> None:
+    key = tenant(stack, gateways, requests_per_minute=1000)
+    unlimited = stack.keys["acme"]
+    gateways.redis.stop()
+    try:
+        # Fail open: served, counted in the gateway's memory, the store reported down.
+        assert generate(gateways.first, key).status_code == 200
+        metrics = httpx.get(f"http://{gateways.first.http_address}/metrics").text
+        assert "llmgw_limit_store_up 0.0" in metrics
+        # Fail closed: a limited tenant gets 503 saying why; an unlimited one is served.
+        closed = generate(gateways.closed, key)
+        assert closed.status_code == 503 and retry_after(closed) >= 1
+        assert "LLMGW_LIMITS_FAILURE_MODE=closed" in closed.json()["error"]
+        assert generate(gateways.closed, unlimited).status_code == 200
+    finally:
+        gateways.redis.start()
+    deadline = time.monotonic() + 10
+    while generate(gateways.closed, key).status_code != 200:
+        assert time.monotonic() < deadline, "the fail-closed gateway did not take Redis back"
+        time.sleep(0.5)
+    assert generate(gateways.first, key).status_code == 200
+    assert "llmgw_limit_store_up 1.0" in httpx.get(
+        f"http://{gateways.first.http_address}/metrics").text

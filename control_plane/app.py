@@ -42,6 +42,7 @@ from control_plane.routing.routes import router as routing_router
 from control_plane.settings import Settings
 from control_plane.tenants.routes import router as tenants_router
 from control_plane.triton import adapter_control, config_builder, node_control
+from control_plane.usage.routes import router as usage_router
 from control_plane.webhooks import outbox
 from control_plane.webhooks.routes import router as webhooks_router
 from control_plane.webhooks.sender import WebhookSender
@@ -198,4 +199,5 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.include_router(webhooks_router, prefix="/api/v1")
     app.include_router(tenants_router, prefix="/api/v1")
     app.include_router(routing_router, prefix="/api/v1")
+    app.include_router(usage_router, prefix="/api/v1")
     return app

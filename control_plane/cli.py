@@ -36,7 +36,9 @@ def migrate() -> None:
 @tokens_app.command("create")
 def create_token(
     name: Annotated[str, typer.Option(help="who or what uses the token (shown in the audit log)")],
-    scope: Annotated[Scope, typer.Option(help="read < write < admin")] = Scope.READ,
+    scope: Annotated[Scope, typer.Option(
+        help="read < report (read, and report usage: a gateway's) < write < admin")
+    ] = Scope.READ,
 ) -> None:
     """Create an API token and print its secret; it is shown this once and never stored."""
     settings = Settings()

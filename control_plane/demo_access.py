@@ -27,10 +27,11 @@ GATEWAY_TOKEN = "local-gateway"
 
 
 def gateway_token(session: Session) -> str:
-    """A fresh read token for this start's gateway (the previous start's is revoked)."""
+    """A fresh token for this start's gateway: it reads the routing table and reports usage
+    (the previous start's is revoked)."""
     with contextlib.suppress(TokenNotFound):
         tokens.revoke_token(session, ACTOR, GATEWAY_TOKEN)
-    return tokens.create_token(session, ACTOR, GATEWAY_TOKEN, Scope.READ).secret
+    return tokens.create_token(session, ACTOR, GATEWAY_TOKEN, Scope.REPORT).secret
 
 
 def demo_key(session: Session, key_file: Path) -> str:

@@ -17,8 +17,9 @@ from control_plane.promotions import orm as promotions_orm
 from control_plane.registry import orm as registry_orm
 from control_plane.reservations import orm as reservations_orm
 from control_plane.tenants import orm as tenants_orm
+from control_plane.usage import orm as usage_orm
 from control_plane.webhooks import orm as webhooks_orm
 
 target_metadata = Base.metadata
 
-__all__ = ["adapters_orm", "auth_orm", "deployments_orm", "idempotency_orm", "nodes_orm", "operations_orm", "promotions_orm", "registry_orm", "reservations_orm", "target_metadata", "tenants_orm", "webhooks_orm"]
+__all__ = ["adapters_orm", "auth_orm", "deployments_orm", "idempotency_orm", "nodes_orm", "operations_orm", "promotions_orm", "registry_orm", "reservations_orm", "target_metadata", "tenants_orm", "usage_orm", "webhooks_orm"]

@@ -280,7 +280,8 @@ class InferenceService(pbg.GRPCInferenceServiceServicer):
             await out.put(error_response(request, stream_error_message(error)))
             return
         tally = TokenTally()
-        strip = ask_counts_grpc(prepared) if grant.counts_tokens else None
+        # Always: usage is counted for every tenant, limits or not.
+        strip = ask_counts_grpc(prepared)
         tried: frozenset[str] = frozenset()
         errors: list[str] = []
         outcome = "failed"
@@ -306,13 +307,15 @@ class InferenceService(pbg.GRPCInferenceServiceServicer):
                 f"({'; '.join(errors)}); retry shortly")))
         finally:
             gateway.metrics.requests.labels(PROTOCOL, route.name, tenant.name, outcome).inc()
-            # A request cancelled or failed pays for what was generated until then.
-            await gateway.settle(tenant, grant, tally.prompt or 0, tally.output)
+            # A request cancelled or failed pays for what was generated until then (settled
+            # out of this task, which a cancelled stream cancels).
+            gateway.finish_later(gateway.settle(tenant, route, grant, tally.prompt or 0,
+                                                tally.output))
 
     async def _on_node(self, endpoint: Endpoint, route: Route, request: pb.ModelInferRequest,
                        prepared: pb.ModelInferRequest, wants_empty_final: bool,
                        out: asyncio.Queue[pb.ModelStreamInferResponse | None], received: float,
-                       errors: list[str], tally: TokenTally, strip: frozenset[str] | None
+                       errors: list[str], tally: TokenTally, strip: frozenset[str]
                        ) -> str | None:
         """The outcome once the node answered; None when it failed before its first response
         (the caller may retry elsewhere)."""
@@ -338,8 +341,7 @@ class InferenceService(pbg.GRPCInferenceServiceServicer):
                 infer = response.infer_response
                 finished = bool(message) or infer.parameters[FINAL].bool_param
                 response.infer_response.model_name = request.model_name
-                if strip is not None:
-                    read_grpc(infer, tally, strip)
+                read_grpc(infer, tally, strip)
                 if infer.outputs:
                     tokens.inc()
                 if message or infer.outputs or wants_empty_final or not finished:

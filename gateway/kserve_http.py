@@ -137,13 +137,13 @@ def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
         grant = await gateway.admit(tenant, route, size, max_tokens_of(document))
         tally, strip = TokenTally(), frozenset[str]()
         try:
-            if grant.counts_tokens:
-                document = dict(document)
-                strip = ask_counts(document)
+            # Always: usage is counted for every tenant, limits or not.
+            document = dict(document)
+            strip = ask_counts(document)
             body = generate_body(gateway, route, tenant, document)
             answer = await upstream.open(route, PROTOCOL, path, body)
         except BaseException:
-            await gateway.settle(tenant, grant, 0, 0)  # it never reached a node
+            await gateway.settle(tenant, route, grant, 0, 0, reached_node=False)
             raise
         outcome = "ok" if answer.status == 200 else f"error_{answer.status}"
         gateway.metrics.requests.labels(PROTOCOL, route.name, tenant.name, outcome).inc()
@@ -152,30 +152,32 @@ def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
                 content = answer.first + b"".join([chunk async for chunk in answer.rest()])
             finally:
                 await upstream.close(answer)
-                if answer.status == 200 and grant.counts_tokens:
+                if answer.status == 200:
                     content = read_json(content, tally, strip)
-                await gateway.settle(tenant, grant, tally.prompt or 0, tally.output)
+                await gateway.settle(tenant, route, grant, tally.prompt or 0, tally.output)
             if answer.status == 200:
                 gateway.metrics.ttft.labels(PROTOCOL, route.name).observe(
                     time.monotonic() - received)
             return Response(content, status_code=answer.status, media_type="application/json")
         gateway.metrics.ttft.labels(PROTOCOL, route.name).observe(time.monotonic() - received)
-        reader = SseReader(tally, strip) if grant.counts_tokens else None
+        reader = SseReader(tally, strip)
+
+        async def finish(answer: Any) -> None:
+            await upstream.close(answer)  # the node stops generating for a dropped client
+            await gateway.settle(tenant, route, grant, tally.prompt or 0, tally.output)
 
         async def events() -> Any:
             tokens = gateway.metrics.output_tokens.labels(PROTOCOL, route.name, tenant.name)
             try:
                 tokens.inc(answer.first.count(b"data: "))
-                yield answer.first if reader is None else reader.feed(answer.first)
+                yield reader.feed(answer.first)
                 async for chunk in answer.rest():
                     tokens.inc(chunk.count(b"data: "))
-                    yield chunk if reader is None else reader.feed(chunk)
-                if reader is not None:
-                    yield reader.rest()
+                    yield reader.feed(chunk)
+                yield reader.rest()
             finally:
-                await upstream.close(answer)
                 # A stream the client dropped pays for what was generated until then.
-                await gateway.settle(tenant, grant, tally.prompt or 0, tally.output)
+                gateway.finish_later(finish(answer))
 
         return StreamingResponse(events(), media_type="text/event-stream")
 

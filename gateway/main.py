@@ -26,7 +26,8 @@ async def serve(settings: GatewaySettings) -> None:
     upstream = HttpUpstream(gateway)
     background = [asyncio.create_task(gateway.watcher.run(), name="routing-watcher"),
                   asyncio.create_task(gateway.monitor.run(), name="node-monitor"),
-                  asyncio.create_task(gateway.quotas.run(), name="limit-leases")]
+                  asyncio.create_task(gateway.quotas.run(), name="limit-leases"),
+                  asyncio.create_task(gateway.usage.run(), name="usage-reports")]
     grpc_server = None
     service = InferenceService(gateway)
     if settings.grpc_port:
@@ -64,6 +65,10 @@ async def serve(settings: GatewaySettings) -> None:
                 await task
         await service.close()
         await upstream.aclose()
+        # What was counted since the last report goes now, if the control plane takes it.
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(gateway.usage.flush(), 5)
+        await gateway.usage_client.aclose()
         await gateway.watcher.close()
         await gateway.monitor.close()
         if gateway.redis is not None:

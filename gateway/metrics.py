@@ -50,3 +50,6 @@ class GatewayMetrics:
         self.tenant_tokens = Counter(
             "llmgw_tenant_tokens", "Tokens settled against tenant limits (the backend's count)",
             ["tenant", "kind"], registry=r)
+        self.usage_lost = Counter(
+            "llmgw_usage_entries_lost", "Usage entries dropped unreported (the control plane "
+            "took no report for too long)", registry=r)

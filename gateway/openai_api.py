@@ -121,7 +121,7 @@ def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
         try:
             answers = await open_choices(route, oa, parameters)
         except BaseException:
-            await gateway.settle(tenant, grant, 0, 0)  # it never reached a node
+            await gateway.settle(tenant, route, grant, 0, 0, reached_node=False)
             raise
         gateway.metrics.ttft.labels(PROTOCOL, route.name).observe(time.monotonic() - received)
         tokens = gateway.metrics.output_tokens.labels(PROTOCOL, route.name, tenant.name)
@@ -150,11 +150,18 @@ def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
                 for answer in answers:
                     await upstream.close(answer)
                 # Every choice is a request of its own, with the prompt.
-                await gateway.settle(tenant, grant, prompt_tokens * oa.n, completion_tokens)
+                await gateway.settle(tenant, route, grant, prompt_tokens * oa.n,
+                                     completion_tokens)
             tokens.inc(completion_tokens)
             outcomes.labels(PROTOCOL, route.name, tenant.name, "ok").inc()
             return JSONResponse(final_response(oa, texts, reasons, prompt_tokens,
                                                completion_tokens, logprobs))
+
+        async def finish(prompt: int, completion: int) -> None:
+            # Out of the streaming task: a dropped client cancels that one, and its cleanup.
+            for answer in answers:
+                await upstream.close(answer)
+            await gateway.settle(tenant, route, grant, prompt, completion)
 
         async def stream() -> AsyncIterator[bytes]:
             queue: asyncio.Queue[tuple[int, dict[str, Any] | None]] = asyncio.Queue()
@@ -201,10 +208,8 @@ def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
             finally:
                 for task in tasks:
                     task.cancel()
-                for answer in answers:
-                    await upstream.close(answer)
                 outcomes.labels(PROTOCOL, route.name, tenant.name, outcome).inc()
-                await gateway.settle(tenant, grant, prompt_tokens * oa.n, completion_tokens)
+                gateway.finish_later(finish(prompt_tokens * oa.n, completion_tokens))
 
         return StreamingResponse(stream(), media_type="text/event-stream")
 

@@ -3,11 +3,17 @@ a prompt can fit at all. The protocol modules (KServe HTTP, gRPC, OpenAI) transl
 
 from __future__ import annotations
 
+import asyncio
 import difflib
+import socket
 import time
+from collections.abc import Coroutine
+from typing import Any
+
+import httpx
 
 from gateway.auth import authenticate, authorize
-from gateway.errors import BadRequest, ModelNotFound, NoNodeAvailable, RateLimited
+from gateway.errors import BadRequest, GatewayError, ModelNotFound, NoNodeAvailable, RateLimited
 from gateway.metrics import GatewayMetrics
 from gateway.quotas.admission import Grant, QuotaGate
 from gateway.quotas.policy import scopes_for
@@ -16,6 +22,7 @@ from gateway.routing.monitor import NodeMonitor
 from gateway.routing.table import Endpoint, Route, RoutingTable, Tenant, split_adapter
 from gateway.routing.watcher import RoutingWatcher
 from gateway.settings import GatewaySettings
+from gateway.usage import UsageRecorder, http_poster
 
 
 class Gateway:
@@ -39,6 +46,13 @@ class Gateway:
             from gateway.quotas.redis_store import redis_counters
             primary, self.redis = redis_counters(settings.redis_url,
                                                  settings.redis_timeout_seconds)
+        self._finishing: set[asyncio.Future[None]] = set()
+        self.usage_client = httpx.AsyncClient()
+        self.usage = UsageRecorder(
+            http_poster(self.usage_client, settings.control_plane_url,
+                        token.get_secret_value() if token else None),
+            f"{socket.gethostname()}:{settings.http_port}", settings.usage_flush_seconds,
+            on_lost=lambda n: self.metrics.usage_lost.inc(n))
         self.quotas = QuotaGate(primary, settings.limits_failure_mode,
                                 on_store_state=lambda up: self.metrics.limit_store_up.set(
                                     1 if up else 0),
@@ -118,19 +132,33 @@ class Gateway:
                 None if max_tokens is None else max_tokens * choices, least * choices)
         except RateLimited as refusal:
             self.metrics.limit_refusals.labels(tenant.name, refusal.limit).inc()
+            self.usage.refused(tenant.name, route.model, refusal.limit)
+            raise
+        except GatewayError as refusal:  # can never fit, or limits unavailable
+            self.usage.refused(tenant.name, route.model, refusal.kind)
             raise
         finally:
             self.metrics.limit_check.observe(time.perf_counter() - started)
         return grant
 
-    async def settle(self, tenant: Tenant, grant: Grant, prompt_tokens: int | None,
-                     output_tokens: int | None) -> None:
-        used = None if prompt_tokens is None or output_tokens is None else \
-            prompt_tokens + output_tokens
-        if used is not None and grant.counts_tokens:
-            self.metrics.tenant_tokens.labels(tenant.name, "prompt").inc(prompt_tokens or 0)
-            self.metrics.tenant_tokens.labels(tenant.name, "output").inc(output_tokens or 0)
-        await self.quotas.settle(grant, used)
+    async def settle(self, tenant: Tenant, route: Route, grant: Grant, prompt_tokens: int,
+                     output_tokens: int, reached_node: bool = True) -> None:
+        """The request ended (``reached_node`` False: before any node had it): its usage is
+        counted and its limits settled to the backend's counts."""
+        await self.quotas.settle(grant, prompt_tokens + output_tokens)
+        # Counted once the limits are settled: a reader of these sees settled limits.
+        if reached_node:
+            self.usage.served(tenant.name, route.model, prompt_tokens, output_tokens)
+            self.metrics.tenant_tokens.labels(tenant.name, "prompt").inc(prompt_tokens)
+            self.metrics.tenant_tokens.labels(tenant.name, "output").inc(output_tokens)
+
+    def finish_later(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run a request's end (close its upstream, settle it) whatever happens to the task that
+        served it: a client that drops a stream cancels that task, and every await in its
+        cleanup would be cancelled too."""
+        task = asyncio.ensure_future(work)
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
 
     def pick(self, route: Route, tried: frozenset[str]) -> Endpoint:
         endpoint = self.balancer.pick(route.endpoints, time.monotonic(), exclude=tried)

@@ -79,3 +79,6 @@ class GatewaySettings(BaseSettings):
     default_max_tokens: int = Field(
         default=16, ge=1, description="tokens a request without max_tokens reserves for its "
                                       "output (vLLM's default)")
+    usage_flush_seconds: float = Field(
+        default=2.0, gt=0, le=300, description="how often usage is reported to the control "
+                                               "plane: what a killed gateway can lose")

@@ -7,9 +7,11 @@ from enum import StrEnum
 
 
 class Scope(StrEnum):
-    """What a token may do; each scope includes the ones below it (admin > write > read)."""
+    """What a token may do; each scope includes the ones below it (admin > write > report >
+    read). ``report``: read, and report usage (a gateway's token)."""
 
     READ = "read"
+    REPORT = "report"
     WRITE = "write"
     ADMIN = "admin"
 
@@ -17,7 +19,7 @@ class Scope(StrEnum):
         return _RANK[self] >= _RANK[required]
 
 
-_RANK = {Scope.READ: 0, Scope.WRITE: 1, Scope.ADMIN: 2}
+_RANK = {Scope.READ: 0, Scope.REPORT: 1, Scope.WRITE: 2, Scope.ADMIN: 3}
 
 
 @dataclass(frozen=True)

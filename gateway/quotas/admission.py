@@ -44,12 +44,15 @@ class FailureMode(StrEnum):
     CLOSED = "closed"
 
 
-@dataclass
-class _Reservation:
-    item: RateLimitItem
-    identifiers: tuple[str, ...]
-    tokens: int
-    window_ends: float
+@dataclass(frozen=True)
+class _Check:
+    """One thing a request takes in one scope: a slot, or ``cost`` in a window."""
+
+    scope: Scope
+    limit: str  # the limit's field name
+    item: RateLimitItem | None  # None: a slot
+    identifiers: tuple[str, ...]  # a window's; for a slot, (scope key, lease)
+    cost: int
 
 
 @dataclass
@@ -57,14 +60,21 @@ class Grant:
     """What one admitted request holds; ``settle`` once when it ends."""
 
     counters: Counters | None
-    reservations: list[_Reservation] = field(default_factory=list)
-    slots: list[tuple[str, str]] = field(default_factory=list)  # (scope key, lease)
+    taken: list[_Check] = field(default_factory=list)
+    admitted_at: float = 0.0
     settled: bool = False
 
     @property
     def counts_tokens(self) -> bool:
         """Whether the tokens the request used matter (a token limit applies)."""
-        return bool(self.reservations)
+        return any(check.limit in TOKEN_LIMITS for check in self.taken)
+
+    @property
+    def slots(self) -> list[tuple[str, str]]:
+        return [(c.identifiers[0], c.identifiers[1]) for c in self.taken if c.item is None]
+
+
+TOKEN_LIMITS = ("tokens_per_minute", "daily_tokens")
 
 
 def seconds_to_utc_midnight(now: float) -> float:
@@ -154,68 +164,27 @@ class QuotaGate:
         return grant
 
     async def _take(self, store: Counters, scopes: list[Scope], tokens: int) -> Grant:
-        grant = Grant(store)
-        taken_requests: list[tuple[RateLimitItem, tuple[str, ...]]] = []
-        try:
-            for scope in scopes:
-                await self._take_scope(store, scope, tokens, grant, taken_requests)
-        except BaseException:
-            await _give_back(store, grant, taken_requests)
-            raise
+        """Every check of every scope at once (one round trip deep, not one per check); if
+        any is refused, what the others took is given back."""
+        now = time.time()
+        checks = [check for scope in scopes for check in _checks(scope, tokens, now)]
+        outcomes = await asyncio.gather(*(_run(store, check) for check in checks),
+                                        return_exceptions=True)
+        taken = [check for check, outcome in zip(checks, outcomes, strict=True)
+                 if outcome is True]
+        failed = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+        refused = [check for check, outcome in zip(checks, outcomes, strict=True)
+                   if outcome is False]
+        if failed or refused:
+            await _give_back(store, taken)
+            if failed:
+                raise failed[0]
+            raise await _refusal(store, refused[0], now)
+        grant = Grant(store, taken, admitted_at=now)
         taken_at = time.monotonic()
         for key, lease in grant.slots:
             self._leases[lease] = (store, key, taken_at)
         return grant
-
-    async def _take_scope(self, store: Counters, scope: Scope, tokens: int, grant: Grant,
-                          taken_requests: list[tuple[RateLimitItem, tuple[str, ...]]]) -> None:
-        limits, now = scope.limits, time.time()
-        if limits.concurrent_requests is not None:
-            lease = uuid.uuid4().hex
-            if not await store.slots.acquire(scope.key, limits.concurrent_requests, lease,
-                                             LEASE_SECONDS):
-                raise RateLimited(
-                    f"{scope.label} has {limits.concurrent_requests} request(s) in flight, its "
-                    "limit (concurrent_requests); retry when one of them has ended", 1.0,
-                    "concurrent_requests")
-            grant.slots.append((scope.key, lease))
-        if limits.requests_per_minute is not None:
-            item = RateLimitItemPerMinute(limits.requests_per_minute)
-            identifiers = ("rpm", scope.key)
-            if not await store.hit(item, identifiers, 1):
-                wait = _within(await store.reset_at(item, identifiers) - now, item)
-                raise RateLimited(
-                    f"{scope.label} has made {limits.requests_per_minute} request(s) this "
-                    f"minute, its limit (requests_per_minute); retry in {_seconds(wait)}",
-                    wait, "requests_per_minute")
-            taken_requests.append((item, identifiers))
-        if limits.tokens_per_minute is not None:
-            item = RateLimitItemPerMinute(limits.tokens_per_minute)
-            await self._reserve(store, scope, item, ("tpm", scope.key), tokens, grant,
-                                "tokens_per_minute", None)
-        if limits.daily_tokens is not None:
-            item = RateLimitItemPerDay(limits.daily_tokens)
-            # The UTC date in the key: the day's window is the calendar day, not 24 hours from
-            # the first request.
-            day = dt.datetime.fromtimestamp(now, dt.UTC).date().isoformat()
-            await self._reserve(store, scope, item, ("day", scope.key, day), tokens, grant,
-                                "daily_tokens", seconds_to_utc_midnight(now))
-
-    @staticmethod
-    async def _reserve(store: Counters, scope: Scope, item: RateLimitItem,
-                       identifiers: tuple[str, ...], tokens: int, grant: Grant, limit: str,
-                       until_next_day: float | None) -> None:
-        if not await store.hit(item, identifiers, tokens):
-            wait = until_next_day if until_next_day is not None else \
-                _within(await store.reset_at(item, identifiers) - time.time(), item)
-            period = "today (UTC)" if until_next_day is not None else "this minute"
-            raise RateLimited(
-                f"{scope.label} would go over its {limit} of {item.amount} {period} with this "
-                f"request's {tokens} token(s) (prompt + max_tokens, reserved until it ends); "
-                f"retry in {_seconds(wait)}, or ask for fewer max_tokens", wait, limit)
-        ends = time.time() + until_next_day if until_next_day is not None else \
-            await store.reset_at(item, identifiers)
-        grant.reservations.append(_Reservation(item, identifiers, tokens, ends))
 
     # -- the end of a request ----------------------------------------------------------------
 
@@ -227,18 +196,18 @@ class QuotaGate:
             grant.settled = True
             return
         grant.settled = True
-        store, now = grant.counters, time.time()
+        store = grant.counters
+        for _, lease in grant.slots:
+            self._leases.pop(lease, None)
+        steps = [store.slots.release(key, lease) for key, lease in grant.slots]
+        if used_tokens is not None:
+            steps += [_settle_window(store, check, used_tokens, grant.admitted_at)
+                      for check in grant.taken
+                      if check.limit in TOKEN_LIMITS and check.item is not None]
         try:
-            for key, lease in grant.slots:
-                self._leases.pop(lease, None)
-                await store.slots.release(key, lease)
-            if used_tokens is not None:
-                for reservation in grant.reservations:
-                    delta = used_tokens - reservation.tokens
-                    # The unused part goes back to the window it was taken from while that
-                    # window lasts; tokens used beyond the reservation count where they fall.
-                    if delta > 0 or (delta < 0 and now < reservation.window_ends):
-                        await store.add(reservation.item, reservation.identifiers, delta)
+            for outcome in await asyncio.gather(*steps, return_exceptions=True):
+                if isinstance(outcome, BaseException):
+                    raise outcome
         except StoreUnavailable as error:
             if store is self.primary:
                 self._failed(error)
@@ -277,19 +246,92 @@ def _check_fits(scope: Scope, tokens: int, prompt_tokens: int, max_tokens: int |
                              "all; ask for fewer max_tokens or send a shorter prompt")
 
 
-async def _give_back(store: Counters, grant: Grant,
-                     taken_requests: list[tuple[RateLimitItem, tuple[str, ...]]]) -> None:
-    """Undo a partial admission (a later scope refused it); a failing store is left as is."""
+def _checks(scope: Scope, tokens: int, now: float) -> list[_Check]:
+    limits, found = scope.limits, []
+    if limits.concurrent_requests is not None:
+        found.append(_Check(scope, "concurrent_requests", None, (scope.key, uuid.uuid4().hex),
+                            limits.concurrent_requests))
+    if limits.requests_per_minute is not None:
+        found.append(_Check(scope, "requests_per_minute",
+                            RateLimitItemPerMinute(limits.requests_per_minute),
+                            ("rpm", scope.key), 1))
+    if limits.tokens_per_minute is not None:
+        found.append(_Check(scope, "tokens_per_minute",
+                            RateLimitItemPerMinute(limits.tokens_per_minute),
+                            ("tpm", scope.key), tokens))
+    if limits.daily_tokens is not None:
+        # The UTC date in the key: the day's window is the calendar day, not 24 hours from the
+        # first request.
+        found.append(_Check(scope, "daily_tokens", RateLimitItemPerDay(limits.daily_tokens),
+                            ("day", scope.key, _utc_date(now)), tokens))
+    return found
+
+
+async def _run(store: Counters, check: _Check) -> bool:
+    if check.item is None:
+        key, lease = check.identifiers
+        return await store.slots.acquire(key, check.cost, lease, LEASE_SECONDS)
+    return await store.hit(check.item, check.identifiers, check.cost)
+
+
+async def _refusal(store: Counters, check: _Check, now: float) -> RateLimited:
+    scope, limit, item = check.scope, check.limit, check.item
+    if item is None:
+        return RateLimited(f"{scope.label} has {check.cost} request(s) in flight, its limit "
+                           "(concurrent_requests); retry when one of them has ended", 1.0, limit)
+    if limit == "daily_tokens":
+        wait = seconds_to_utc_midnight(now)
+    else:
+        try:
+            wait = _within(await store.reset_at(item, check.identifiers) - now, item)
+        except StoreUnavailable:
+            wait = float(item.get_expiry())
+    if limit == "requests_per_minute":
+        return RateLimited(f"{scope.label} has made {item.amount} request(s) this minute, its "
+                           f"limit (requests_per_minute); retry in {_seconds(wait)}", wait, limit)
+    period = "today (UTC)" if limit == "daily_tokens" else "this minute"
+    return RateLimited(
+        f"{scope.label} would go over its {limit} of {item.amount} {period} with this "
+        f"request's {check.cost} token(s) (prompt + max_tokens, reserved until it ends); retry "
+        f"in {_seconds(wait)}, or ask for fewer max_tokens", wait, limit)
+
+
+async def _settle_window(store: Counters, check: _Check, used_tokens: int, admitted_at: float
+                         ) -> None:
+    assert check.item is not None
+    delta = used_tokens - check.cost
+    # Tokens used beyond the reservation count where they fall; the unused part goes back only
+    # to the window it was taken from, if that window still runs.
+    if delta > 0 or (delta < 0 and await _same_window(store, check, admitted_at)):
+        await store.add(check.item, check.identifiers, delta)
+
+
+async def _same_window(store: Counters, check: _Check, admitted_at: float) -> bool:
+    """Whether the window a reservation was taken from still runs (read at settlement, off the
+    request's path)."""
+    assert check.item is not None
+    if check.limit == "daily_tokens":
+        return check.identifiers[-1] == _utc_date(time.time())
+    ends = await store.reset_at(check.item, check.identifiers)
+    # A window runs for its length from its first hit; Redis keeps the TTL in whole seconds.
+    return ends - check.item.get_expiry() <= admitted_at + 1.0
+
+
+async def _give_back(store: Counters, taken: list[_Check]) -> None:
+    """Undo a partial admission (another check refused it); a failing store is left as is."""
     try:
-        for key, lease in grant.slots:
-            await store.slots.release(key, lease)
-        for item, identifiers in taken_requests:
-            await store.add(item, identifiers, -1)
-        for reservation in grant.reservations:
-            await store.add(reservation.item, reservation.identifiers, -reservation.tokens)
+        for check in taken:
+            if check.item is None:
+                await store.slots.release(*check.identifiers)
+            else:
+                await store.add(check.item, check.identifiers, -check.cost)
     except StoreUnavailable:
         log.warning("giving back a refused request's counts failed; they expire with their "
                     "windows")
+
+
+def _utc_date(now: float) -> str:
+    return dt.datetime.fromtimestamp(now, dt.UTC).date().isoformat()
 
 
 def _within(wait: float, item: RateLimitItem) -> float:

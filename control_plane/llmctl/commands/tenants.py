@@ -186,6 +186,35 @@ def limits(ctx: typer.Context, tenant: TenantArgument,
     run.out.present(body, human)
 
 
+@tenants_app.command("usage")
+def usage(ctx: typer.Context, tenant: TenantArgument,
+          since: Annotated[str | None, typer.Option(
+              "--since", metavar="TIME", help="ISO time, UTC (default: 24 hours ago)")] = None,
+          until: Annotated[str | None, typer.Option(
+              "--until", metavar="TIME", help="ISO time, UTC (default: now)")] = None,
+          group_by: Annotated[str, typer.Option(
+              "--group-by", metavar="model|hour|day", help="one row per model, hour or day")
+          ] = "model") -> None:
+    """A tenant's requests, prompt and generated tokens, and refusals by limit."""
+    run = invocation(ctx)
+    found = run.client.get(f"/tenants/{segment(tenant)}/usage",
+                           {"since": since, "until": until, "group_by": group_by})
+
+    def human() -> None:
+        key = {"model": "model", "hour": "hour", "day": "day"}.get(group_by, "model")
+        rows = [[cell(r[key]), r["requests"], r["prompt_tokens"], r["output_tokens"],
+                 ", ".join(f"{k} {v}" for k, v in sorted(r["refusals"].items())) or "-"]
+                for r in found["rows"]]
+        totals = found["totals"]
+        rows.append(["(total)", totals["requests"], totals["prompt_tokens"],
+                     totals["output_tokens"],
+                     ", ".join(f"{k} {v}" for k, v in sorted(totals["refusals"].items())) or "-"])
+        run.out.table([key.upper(), "REQUESTS", "PROMPT TOKENS", "OUTPUT TOKENS", "REFUSED"],
+                      rows)
+
+    run.out.present(found, human)
+
+
 def _set(limits: dict[str, Any]) -> dict[str, Any]:
     return {kind: value for kind, value in limits.items() if value is not None}
 

@@ -21,7 +21,9 @@ NameArgument = Annotated[str, typer.Argument(
 @tokens_app.command("create")
 def create(ctx: typer.Context, name: NameArgument,
            # Checked by the server, which owns the scopes: an unknown one is exit 2 naming them.
-           scope: Annotated[str, typer.Option(help="read < write < admin")] = "read") -> None:
+           scope: Annotated[str, typer.Option(
+               help="read < report (read, and report usage: a gateway's) < write < admin")
+           ] = "read") -> None:
     """Create a token and print its secret: it is shown this once and never stored."""
     run = invocation(ctx)
     created = run.client.post("/tokens", {"name": name, "scope": scope})

@@ -3,6 +3,10 @@ secret on stdout, once), list (never a secret), revoke; errors keep their exit c
 
 from __future__ import annotations
 
+from typing import Any
+
+import httpx
+
 from tests.control_plane.llmctl.conftest import Llmctl, secret_of
 
 
@@ -115,3 +119,26 @@ def test_tenants_limits_set_lift_and_show_per_tenant_and_per_model(llmctl: Llmct
     stray = llmctl("tenants", "limits", "acme", "--model", "other", "--daily-tokens", "5",
                    "--json")
     assert "model_limits name other" in stray.error_document(2)["detail"]
+
+
+def test_tenants_usage_as_a_table_and_as_json(llmctl: Llmctl, live_url: str,
+                                              session_factory: Any) -> None:
+    from control_plane.auth.scopes import Scope
+    from tests.control_plane.conftest import issue_token
+
+    assert llmctl("tenants", "create", "acme").code == 0
+    gateway = issue_token(session_factory, "gateway", Scope.REPORT)
+    hour = "2026-12-01T10:00:00+00:00"
+    sent = httpx.post(f"{live_url}/api/v1/usage", headers=gateway, json={
+        "id": "report-0001", "gateway": "gw", "entries": [
+            {"tenant": "acme", "model": "m", "hour": hour, "requests": 4, "prompt_tokens": 40,
+             "output_tokens": 16, "refusals": {"requests_per_minute": 1}}]})
+    assert sent.status_code == 200, sent.text
+    window = ("--since", "2026-12-01T00:00:00Z", "--until", "2026-12-01T23:00:00Z")
+    document = llmctl("tenants", "usage", "acme", *window, "--json").document()
+    assert document["totals"]["requests"] == 4
+    table = llmctl("tenants", "usage", "acme", *window, "--group-by", "hour", env={"CI": "true"})
+    rows = [line.split() for line in table.stdout.splitlines()]
+    assert rows[0][:2] == ["HOUR", "REQUESTS"]
+    assert rows[-1][:4] == ["(total)", "4", "40", "16"]
+    assert "requests_per_minute" in table.stdout

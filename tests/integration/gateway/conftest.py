@@ -103,8 +103,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 issued = admin.post(f"/api/v1/tenants/{name}/keys", json={"name": "k1"})
                 assert issued.status_code == 201, issued.text
                 keys[name] = issued.json()["key"]
+            # report: it reads the routing table and reports usage.
             token = control_plane.cli("tokens", "create", "--name", "gateway", "--scope",
-                                      "read").strip().splitlines()[-1]
+                                      "report").strip().splitlines()[-1]
             gateway = GatewayProcess(
                 GatewayPorts("127.0.0.1", free_port(), free_port()), control_plane.url, token,
                 secret, log_path=CACHE_DIR / "logs" / "test-gateway.log",

@@ -28,6 +28,7 @@ from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
 PROMPT = "The capital of France is"
+FLUSH_S = 1.0
 
 
 @dataclass
@@ -40,12 +41,13 @@ class Gateways:
 
 def _gateway(stack: Stack, redis: RedisServer, name: str, mode: str) -> GatewayProcess:
     token = stack.control_plane.cli("tokens", "create", "--name", f"limits-{name}", "--scope",
-                                    "read").strip().splitlines()[-1]
+                                    "report").strip().splitlines()[-1]
     process = GatewayProcess(
         GatewayPorts("127.0.0.1", free_port(), free_port()), stack.control_plane.url, token,
         stack.secret, log_path=CACHE_DIR / "logs" / f"test-gateway-limits-{name}.log",
         settings={"LLMGW_REDIS_URL": redis.url, "LLMGW_LIMITS_FAILURE_MODE": mode,
-                  "LLMGW_ROUTING_WAIT_SECONDS": "2", "LLMGW_NODE_POLL_INTERVAL_SECONDS": "0.5"})
+                  "LLMGW_ROUTING_WAIT_SECONDS": "2", "LLMGW_NODE_POLL_INTERVAL_SECONDS": "0.5",
+                  "LLMGW_USAGE_FLUSH_SECONDS": str(FLUSH_S)})
     process.start()
     return process
 
@@ -244,3 +246,59 @@ def test_redis_stopped_fails_open_on_one_gateway_and_closed_on_the_other(
     assert generate(gateways.first, key).status_code == 200
     assert "llmgw_limit_store_up 1.0" in httpx.get(
         f"http://{gateways.first.http_address}/metrics").text
+
+
+def reported(stack: Stack, name: str) -> dict[str, Any]:
+    answer = stack.admin.get(f"/api/v1/tenants/{name}/usage")
+    assert answer.status_code == 200, answer.text
+    totals: dict[str, Any] = answer.json()["totals"]
+    return totals
+
+
+def test_usage_is_reported_per_tenant_and_a_killed_gateway_loses_at_most_one_flush(
+        stack: Stack, gateways: Gateways) -> None:
+    key = tenant(stack, gateways, requests_per_minute=4)
+    name = _tenant_of(stack, key)
+    for process in (gateways.first, gateways.second):
+        assert generate(process, key, parameters={"max_tokens": 4, "ignore_eos": True}
+                        ).status_code == 200
+    assert generate(gateways.first, key, max_tokens=2,
+                    return_num_input_tokens=True).status_code == 200
+    prompt = int(generate(gateways.second, key, max_tokens=1,
+                          return_num_input_tokens=True).json()["num_input_tokens"])
+    refused = [generate(gateways.first, key) for _ in range(2)]
+    assert [r.status_code for r in refused] == [429, 429]
+
+    def all_in() -> dict[str, Any] | None:
+        totals = reported(stack, name)
+        return totals if totals["requests"] == 4 and totals["refusals"] else None
+
+    deadline = time.monotonic() + 10 * FLUSH_S
+    while (totals := all_in()) is None:
+        assert time.monotonic() < deadline, reported(stack, name)
+        time.sleep(0.2)
+    assert totals["prompt_tokens"] == 4 * prompt
+    assert totals["output_tokens"] == 4 + 4 + 2 + 1
+    assert totals["refusals"] == {"requests_per_minute": 2}
+
+    # A gateway killed with SIGKILL: what it reported stays, counted once; what it had not
+    # reported (less than one flush interval's worth) is lost.
+    doomed = _gateway(stack, gateways.redis, "doomed", "open")
+    try:
+        doomed.wait_serving(MODEL, stack.keys["acme"])
+        other = tenant(stack, gateways, daily_tokens=10**9)
+        other_name = _tenant_of(stack, other)
+        for _ in range(3):
+            assert generate(doomed, other, max_tokens=1).status_code == 200
+        time.sleep(3 * FLUSH_S)  # reported
+        for _ in range(3):
+            assert generate(doomed, other, max_tokens=1).status_code == 200
+        assert doomed.process is not None
+        doomed.process.kill()  # at once: the last three are not reported yet
+        doomed.process.wait(10)
+    finally:
+        doomed.stop()
+    time.sleep(3 * FLUSH_S)
+    kept = reported(stack, other_name)["requests"]
+    assert 3 <= kept <= 6, kept
+    print(f"[usage] killed gateway: {kept} of 6 requests reported (flush every {FLUSH_S} s)")

@@ -1,0 +1,1 @@
+"""Usage per tenant, model and hour, as the gateways report it."""

@@ -58,14 +58,18 @@ def _merged(entries: Iterable[UsageEntry]) -> list[UsageEntry]:
     return [by_key[key] for key in sorted(by_key)]  # one lock order for every writer
 
 
+def _with_refusals(refusals: dict[str, int], more: dict[str, int]) -> dict[str, int]:
+    merged = dict(refusals)
+    for reason, count in more.items():
+        merged[reason] = merged.get(reason, 0) + count
+    return merged
+
+
 def _sum(a: UsageEntry, b: UsageEntry) -> UsageEntry:
-    refusals = dict(a.refusals)
-    for reason, count in b.refusals.items():
-        refusals[reason] = refusals.get(reason, 0) + count
     return a.model_copy(update={"requests": a.requests + b.requests,
                                 "prompt_tokens": a.prompt_tokens + b.prompt_tokens,
                                 "output_tokens": a.output_tokens + b.output_tokens,
-                                "refusals": refusals})
+                                "refusals": _with_refusals(a.refusals, b.refusals)})
 
 
 def _find(session: Session, entry: UsageEntry) -> TenantUsage | None:
@@ -92,10 +96,7 @@ def _add(session: Session, entry: UsageEntry) -> None:
     row.requests += entry.requests
     row.prompt_tokens += entry.prompt_tokens
     row.output_tokens += entry.output_tokens
-    refusals = dict(row.refusals)
-    for reason, count in entry.refusals.items():
-        refusals[reason] = refusals.get(reason, 0) + count
-    row.refusals = refusals
+    row.refusals = _with_refusals(row.refusals, entry.refusals)
     row.updated_at = utcnow()
     session.flush()
 
@@ -134,8 +135,7 @@ def tenant_usage(session: Session, tenant: str, since: dt.datetime | None,
             target.requests += row.requests
             target.prompt_tokens += row.prompt_tokens
             target.output_tokens += row.output_tokens
-            for reason, count in row.refusals.items():
-                target.refusals[reason] = target.refusals.get(reason, 0) + count
+            target.refusals = _with_refusals(target.refusals, row.refusals)
     ordered = [groups[key] for key in sorted(groups, key=str)]
     return TenantUsageOut(tenant=tenant, since=since, until=until, group_by=group_by,
                           rows=ordered, totals=total)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable
@@ -340,4 +341,5 @@ def _within(wait: float, item: RateLimitItem) -> float:
 
 
 def _seconds(value: float) -> str:
-    return f"{max(1, round(value))} s"
+    # Rounded up, as the Retry-After header is: the two say the same.
+    return f"{max(1, math.ceil(value))} s"

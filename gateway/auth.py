@@ -13,7 +13,7 @@ from gateway.routing.table import OverLimit, Route, RoutingTable, Tenant
 
 BEARER = "bearer "
 # Request parameters only the gateway sets; a client sending them is refused.
-RESERVED_PARAMETERS = frozenset({"tenant", "gateway_secret"})
+RESERVED_PARAMETERS = frozenset({"tenant", "gateway_secret", "tenant_weight"})
 
 
 def key_hash(key: str) -> str:

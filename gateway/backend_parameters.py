@@ -47,4 +47,6 @@ def for_backend(parameters: dict[str, Any], tenant: Tenant, gateway_secret: str 
     if gateway_secret is not None:
         result["tenant"] = tenant.name
         result["gateway_secret"] = gateway_secret
+        if tenant.weight != 1.0:
+            result["tenant_weight"] = tenant.weight
     return result

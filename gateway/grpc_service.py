@@ -63,7 +63,7 @@ def prepare_request(gateway: Gateway, route: Route, tenant: Tenant,
     if BACKEND_PRIORITY in decided:
         prepared.parameters[BACKEND_PRIORITY].int64_param = decided[BACKEND_PRIORITY]
     for name in RESERVED_PARAMETERS & decided.keys():
-        prepared.parameters[name].string_param = decided[name]
+        prepared.parameters[name].string_param = str(decided[name])
     if route.adapter is not None:
         select_adapter(prepared, route.adapter)
     # Always asked of the node, so the gateway knows when each request is done.

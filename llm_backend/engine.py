@@ -63,6 +63,8 @@ class GenerationJob:
     responded: bool = False
     # The LoRA adapter the request names (its lora_name); None: the base model.
     adapter: LoadedAdapter | None = None
+    # Told of the output tokens as they come (the tenant's fair-share service).
+    on_tokens: Callable[[int], None] = lambda tokens: None
 
 
 class _SchedulerStatsRecorder(StatLoggerBase):
@@ -266,6 +268,8 @@ class EngineHost:
                     break
                 now = time.monotonic()
                 new_tokens = self._count_new_tokens(output, progress, request.streaming)
+                if new_tokens:
+                    job.on_tokens(new_tokens)
                 if new_tokens:
                     if last_token_at is None:
                         self._metrics.observe_time_to_first_token(now - job.arrived)

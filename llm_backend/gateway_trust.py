@@ -19,7 +19,10 @@ from llm_backend.errors import InvalidRequest
 TENANT_PARAMETER = "tenant"
 GATEWAY_SECRET_PARAMETER = "gateway_secret"
 GATEWAY_SECRET_ENV = "LLM_GATEWAY_SECRET"
-GATEWAY_PARAMETERS = frozenset({TENANT_PARAMETER, GATEWAY_SECRET_PARAMETER})
+# The tenant's fair-share weight (the control plane's), trusted with the tenant only.
+WEIGHT_PARAMETER = "tenant_weight"
+GATEWAY_PARAMETERS = frozenset({TENANT_PARAMETER, GATEWAY_SECRET_PARAMETER, WEIGHT_PARAMETER})
+MAX_WEIGHT = 1000.0
 # A tenant becomes a metric label value: keep it short and printable.
 MAX_TENANT_LENGTH = 128
 
@@ -77,6 +80,23 @@ class GatewayTrust:
             )
         return _valid_tenant(tenant)
 
+
+    def weight(self, parameters: Mapping[str, Any], tenant: str | None) -> float:
+        """The tenant's fair-share weight (1 when not given); only with a trusted tenant."""
+        value = parameters.get(WEIGHT_PARAMETER)
+        if value is None:
+            return 1.0
+        if tenant is None:
+            raise InvalidRequest(WEIGHT_PARAMETER, f"may only be set by the gateway, with "
+                                 f"'{TENANT_PARAMETER}'; leave it out")
+        try:
+            weight = float(value)
+        except (TypeError, ValueError):
+            raise InvalidRequest(WEIGHT_PARAMETER, f"must be a number, got {value!r}") from None
+        if not 0 < weight <= MAX_WEIGHT:
+            raise InvalidRequest(WEIGHT_PARAMETER, f"must be in (0, {MAX_WEIGHT:g}], got "
+                                 f"{weight:g}")
+        return weight
 
 def _valid_tenant(tenant: Any) -> str:
     if not isinstance(tenant, str) or not tenant.strip():

@@ -236,10 +236,13 @@ class TritonPythonModel:
             sink.fail(BackendError(f"request could not be prepared: {type(exc).__name__}: {exc}"))
             return
         level = generation.priority or self._levels.default
-        job = GenerationJob(generation, prompt_ids, sink, lambda: self._finished(level),
-                            adapter=adapter)
+        job = GenerationJob(generation, prompt_ids, sink, lambda: None, adapter=adapter)
+        job.on_done = lambda: self._finished(level, job)
+        job.on_tokens = lambda tokens: self._scheduler.generated(job, tokens)
         try:
-            self._scheduler.submit(job, level, generation.queue_timeout_s)
+            self._scheduler.submit(job, level, generation.queue_timeout_s,
+                                   tenant=generation.tenant, weight=generation.tenant_weight,
+                                   prompt_tokens=len(prompt_ids))
         except QueueRejected as exc:
             sink.fail(exc)
 
@@ -249,8 +252,8 @@ class TritonPythonModel:
     def _reject_job(self, job: GenerationJob, error: QueueRejected) -> None:
         job.sink.fail(error)
 
-    def _finished(self, level: int) -> None:
-        self._scheduler.release(level)
+    def _finished(self, level: int, job: GenerationJob) -> None:
+        self._scheduler.release(level, job)
 
     def _tick(self) -> None:
         # Queue timeouts are checked every tick; client cancellation of waiting requests less

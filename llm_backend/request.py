@@ -75,6 +75,8 @@ class GenerationRequest:
     messages: tuple[ChatMessage, ...] | None = None
     # Who the request is for, as the gateway vouched; None: not sent through a gateway.
     tenant: str | None = None
+    # The tenant's fair-share weight inside a priority level (fair_share.py).
+    tenant_weight: float = 1.0
     # The stock backend's optional outputs: per-token logprobs (JSON) and their running sum.
     return_logprobs: bool = False
     return_cumulative_logprob: bool = False
@@ -157,6 +159,7 @@ def parse_request(raw: RawRequest, levels: PriorityLevels,
         queue_timeout_s=_queue_timeout(raw),
         messages=messages,
         tenant=tenant,
+        tenant_weight=gateway.weight(raw.parameters, tenant),
         return_logprobs=bool(raw.return_logprobs),
         return_cumulative_logprob=bool(raw.return_cumulative_logprob),
         logprobs_requested=logprobs_requested,

@@ -16,12 +16,13 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from llm_backend.errors import Unavailable
+from llm_backend.fair_share import SHARED, FairQueue, VirtualCounters, Waiting
 
 T = TypeVar("T")
 
@@ -62,14 +63,6 @@ class QueuePolicy:
 
 
 @dataclass
-class _Waiting(Generic[T]):
-    item: T
-    level: int
-    enqueued: float
-    deadline: float
-
-
-@dataclass
 class AdmissionScheduler(Generic[T]):
     """Priority queue in front of the engine, with slots reserved for urgent levels.
 
@@ -88,7 +81,11 @@ class AdmissionScheduler(Generic[T]):
     # given to a request nobody waits for.
     cancelled: Callable[[T], bool] | None = None
     clock: Callable[[], float] = time.monotonic
-    _queues: dict[int, deque[_Waiting[T]]] = field(init=False)
+    # How much service each tenant received: who goes first inside a level (fair_share.py).
+    counters: VirtualCounters = field(default_factory=VirtualCounters)
+    _queues: dict[int, FairQueue[T]] = field(init=False)
+    _tenant_of: dict[int, str] = field(init=False, default_factory=dict)
+    _submitted: int = field(init=False, default=0)
     _running: Counter[int] = field(init=False, default_factory=Counter)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
     _closed: bool = field(init=False, default=False)
@@ -98,43 +95,60 @@ class AdmissionScheduler(Generic[T]):
             raise ValueError(f"capacity must be at least 1, got {self.capacity}")
         if not 0 <= self.reserved < self.capacity:
             raise ValueError(f"reserved slots must be in 0..{self.capacity - 1}, got {self.reserved}")
-        self._queues = {level: deque() for level in self.policies}
+        self._queues = {level: FairQueue(self.counters) for level in self.policies}
 
     @property
     def shared_capacity(self) -> int:
         """Slots that non-urgent levels may use."""
         return self.capacity - self.reserved
 
-    def submit(self, item: T, level: int, timeout_s: float | None = None) -> None:
-        """Start ``item`` now if a slot allows, else queue it; raises ``QueueRejected`` if full."""
+    def submit(self, item: T, level: int, timeout_s: float | None = None,
+               tenant: str | None = None, weight: float = 1.0, prompt_tokens: int = 0) -> None:
+        """Start ``item`` now if a slot allows, else queue it; raises ``QueueRejected`` if full.
+        ``tenant`` (None: the shared one) and its ``weight`` decide its turn among the level's
+        waiting requests; its ``prompt_tokens`` count as service once it starts."""
         policy = self.policies[level]
         now = self.clock()
         timeout = policy.timeout_for(timeout_s)
         deadline = now + timeout if timeout > 0 else math.inf
+        who = SHARED if tenant is None else tenant
         with self._lock:
             if self._closed:
                 raise QueueRejected("the model is unloading")
             queue = self._queues[level]
-            if not queue and self._fits(level):
-                self._running[level] += 1
-                self.start(item, level)
-                return
             if policy.max_queue_size and len(queue) >= policy.max_queue_size:
                 raise QueueRejected(
                     f"priority level {level} queue is full ({policy.max_queue_size} waiting, "
                     "max_queue_size); retry later or at another level"
                 )
-            queue.append(_Waiting(item, level, now, deadline))
+            waiting_tenants = set().union(*(q.tenants() for q in self._queues.values()))
+            self.counters.arrive(who, weight, waiting_tenants)
+            self._submitted += 1
+            waiting = Waiting(item, level, now, deadline, who, self._submitted, prompt_tokens)
+            if not queue and self._fits(level):
+                self._begin(waiting)
+                return
+            queue.append(waiting)
 
-    def release(self, level: int) -> None:
+    def generated(self, item: T, tokens: int) -> None:
+        """A started item produced ``tokens`` more output tokens: service for its tenant."""
+        with self._lock:
+            tenant = self._tenant_of.get(id(item))
+            if tenant is not None:
+                self.counters.generated(tenant, tokens)
+
+    def release(self, level: int, item: T | None = None) -> None:
         """A started item finished: free its slot and start what may run next."""
         with self._lock:
             if self._running[level] <= 0:
                 raise RuntimeError(f"release without start at priority level {level}")
             self._running[level] -= 1
+            tenant = self._tenant_of.pop(id(item), None) if item is not None else None
+            if tenant is not None:
+                self.counters.finished(tenant)
             dropped = self._dispatch()
-        for item in dropped:
-            self.reject(item, QueueRejected("cancelled by the client"))
+        for passed_over in dropped:
+            self.reject(passed_over, QueueRejected("cancelled by the client"))
 
     def expire(self, is_cancelled: Callable[[T], bool] | None = None) -> None:
         """Refuse items past their queue timeout and drop those their clients cancelled."""
@@ -142,19 +156,20 @@ class AdmissionScheduler(Generic[T]):
         refused: list[tuple[T, QueueRejected]] = []
         with self._lock:
             for level, queue in self._queues.items():
-                kept: deque[_Waiting[T]] = deque()
-                for waiting in queue:
+                def doomed(waiting: Waiting[T], level: int = level) -> bool:
                     if now >= waiting.deadline:
                         waited_ms = (now - waiting.enqueued) * 1000
                         refused.append((waiting.item, QueueRejected(
                             f"timed out after {waited_ms:.0f} ms waiting in the priority level "
                             f"{level} queue (queue timeout); the engine is saturated"
                         )))
-                    elif is_cancelled is not None and is_cancelled(waiting.item):
+                        return True
+                    if is_cancelled is not None and is_cancelled(waiting.item):
                         refused.append((waiting.item, QueueRejected("cancelled by the client")))
-                    else:
-                        kept.append(waiting)
-                self._queues[level] = kept
+                        return True
+                    return False
+
+                queue.remove_where(doomed)
         for item, error in refused:
             self.reject(item, error)
 
@@ -162,10 +177,7 @@ class AdmissionScheduler(Generic[T]):
         """Accept nothing more; return what was still waiting (the caller answers it)."""
         with self._lock:
             self._closed = True
-            left = [w.item for queue in self._queues.values() for w in queue]
-            for queue in self._queues.values():
-                queue.clear()
-            return left
+            return [w.item for queue in self._queues.values() for w in queue.clear()]
 
     def snapshot(self) -> tuple[dict[int, int], dict[int, int]]:
         """(running, waiting) per priority level."""
@@ -196,8 +208,9 @@ class AdmissionScheduler(Generic[T]):
     def _dispatch(self) -> list[T]:
         """Start what fits; returns the cancelled items passed over (rejected by the caller,
         outside the lock)."""
-        # Most urgent level first, FIFO within a level; a level that does not fit (the shared
-        # slots are taken) does not block a more urgent one behind it.
+        # Most urgent level first; within a level the tenant served least, FIFO per tenant; a
+        # level that does not fit (the shared slots are taken) does not block a more urgent one
+        # behind it.
         dropped: list[T] = []
         for level in sorted(self._queues):
             queue = self._queues[level]
@@ -206,6 +219,11 @@ class AdmissionScheduler(Generic[T]):
                 if self.cancelled is not None and self.cancelled(waiting.item):
                     dropped.append(waiting.item)
                     continue
-                self._running[level] += 1
-                self.start(waiting.item, level)
+                self._begin(waiting)
         return dropped
+
+    def _begin(self, waiting: Waiting[T]) -> None:
+        self._running[waiting.level] += 1
+        self._tenant_of[id(waiting.item)] = waiting.tenant
+        self.counters.started(waiting.tenant, waiting.prompt_tokens)
+        self.start(waiting.item, waiting.level)

@@ -42,6 +42,7 @@ class RoutedTenant(BaseModel):
     limits: dict[str, int] = Field(default_factory=dict,
                                    description="the limits set (TenantLimits' fields)")
     model_limits: dict[str, dict[str, int]] = Field(default_factory=dict)
+    weight: float = Field(default=1.0, description="fair-share weight inside a priority level")
     key_hashes: list[str] = Field(description="sha256 (hex) of each active key's secret")
 
 

@@ -43,7 +43,7 @@ def routing_table(session: Session) -> RoutingTable:
                             max_priority_level=t.max_priority_level,
                             default_priority_level=t.default_priority_level,
                             priority_over_limit=PriorityOverLimit(t.priority_over_limit),
-                            limits=t.limits, model_limits=t.model_limits,
+                            limits=t.limits, model_limits=t.model_limits, weight=t.weight,
                             key_hashes=hashes.get(t.id, []))
                for t in TenantRepository(session).all()]
     # Sorted here, not by the database's collation: the revision must not depend on it.

@@ -6,7 +6,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, Boolean, ForeignKey, Integer, String, UniqueConstraint, text
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from control_plane.db import Base, UTCDateTime, utcnow
@@ -40,6 +40,9 @@ class Tenant(Base):
                                                    server_default=text("'{}'"))
     model_limits: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict,
                                                          server_default=text("'{}'"))
+    # Its share of a priority level against other tenants waiting there (the backend's fair
+    # share: 2 gets twice the service of 1 while both wait).
+    weight: Mapped[float] = mapped_column(Float, default=1.0, server_default=text("1.0"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # The ETag; bumped by every UPDATE (optimistic locking).

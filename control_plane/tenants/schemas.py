@@ -39,6 +39,9 @@ AllowedModels = Annotated[list[str], Field(
 _MAX_LEVEL_HELP = "the most urgent priority level the tenant may use (1 = the most urgent: any)"
 _DEFAULT_LEVEL_HELP = ("the level of a request that names none; null: the model's default. "
                        "Not more urgent than max_priority_level")
+_WEIGHT_HELP = ("its share of a priority level against the other tenants waiting there: 2 gets "
+                "twice the service (weighted tokens) of 1 while both wait")
+Weight = Annotated[float, Field(gt=0, le=1000)]
 _OVER_LIMIT_HELP = ("a request for a level more urgent than max_priority_level: refuse it, or "
                     "lower it to max_priority_level")
 
@@ -58,11 +61,12 @@ class TenantCreate(_Input):
     limits: TenantLimits = Field(default_factory=TenantLimits,
                                  description="the tenant's limits over all models; unset: none")
     model_limits: ModelLimits = Field(default_factory=dict)
+    weight: Weight = Field(default=1.0, description=_WEIGHT_HELP)
 
 
 # Fields that have a value in every tenant: a PATCH may leave them out, not set them to null.
 _NOT_NULLABLE = ("allowed_models", "max_priority_level", "priority_over_limit", "enabled",
-                 "limits", "model_limits")
+                 "limits", "model_limits", "weight")
 
 
 class TenantUpdate(_Input):
@@ -77,6 +81,7 @@ class TenantUpdate(_Input):
     enabled: bool | None = None
     limits: TenantLimits | None = None
     model_limits: ModelLimits | None = None
+    weight: Weight | None = Field(default=None, description=_WEIGHT_HELP)
 
     @model_validator(mode="after")
     def _no_null_where_a_value_is_needed(self) -> Self:
@@ -97,6 +102,7 @@ class TenantOut(BaseModel):
     enabled: bool
     limits: TenantLimits
     model_limits: dict[str, TenantLimits]
+    weight: float
     created_at: datetime
     updated_at: datetime
 
@@ -109,7 +115,8 @@ class TenantOut(BaseModel):
                    enabled=tenant.enabled, limits=TenantLimits.model_validate(tenant.limits),
                    model_limits={name: TenantLimits.model_validate(item)
                                  for name, item in tenant.model_limits.items()},
-                   created_at=tenant.created_at, updated_at=tenant.updated_at)
+                   weight=tenant.weight, created_at=tenant.created_at,
+                   updated_at=tenant.updated_at)
 
 
 class KeyCreate(_Input):

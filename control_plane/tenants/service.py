@@ -83,7 +83,8 @@ def create_tenant(session: Session, actor: Actor, data: TenantCreate) -> Tenant:
                     max_priority_level=data.max_priority_level,
                     default_priority_level=data.default_priority_level,
                     priority_over_limit=data.priority_over_limit.value, enabled=data.enabled,
-                    limits=data.limits.as_json(), model_limits=model_limits_json(data.model_limits))
+                    limits=data.limits.as_json(), model_limits=model_limits_json(data.model_limits),
+                    weight=data.weight)
     try:
         repository.save(tenant)
     except IntegrityError as exc:  # a concurrent create of the same name won the race

@@ -69,6 +69,7 @@ class Tenant:
     priority_over_limit: OverLimit = OverLimit.REFUSE
     limits: Limits = NO_LIMITS
     model_limits: Mapping[str, Limits] = field(default_factory=dict)
+    weight: float = 1.0
 
     def may_use(self, route: Route) -> bool:
         return "*" in self.allowed_models or route.model in self.allowed_models
@@ -127,7 +128,8 @@ def parse_table(document: Mapping[str, Any]) -> RoutingTable:
                 # Absent from an older control plane: unlimited.
                 limits=Limits.parse(entry.get("limits") or {}),
                 model_limits={model: Limits.parse(limits) for model, limits in
-                              (entry.get("model_limits") or {}).items()})
+                              (entry.get("model_limits") or {}).items()},
+                weight=float(entry.get("weight", 1.0)))
             tenants[tenant.name] = tenant
             for key_hash in entry.get("key_hashes", []):
                 by_hash[key_hash] = tenant.name

@@ -78,6 +78,11 @@ def test_backend_parameters_carry_level_tenant_and_secret() -> None:
                     "gateway_secret": "s3cret"}
     assert for_backend({}, tenant(), None) == {}
     assert for_backend({}, tenant(), None, requested=4) == {"priority_level": 4}
+    # A weight other than 1 travels with the tenant, for the backend's fair share.
+    assert for_backend({}, tenant(weight=2.0), "s3cret")["tenant_weight"] == 2.0
+    assert "tenant_weight" not in for_backend({}, tenant(weight=2.0), None)
+    with pytest.raises(BadRequest, match="set by the gateway"):
+        for_backend({"tenant_weight": 9}, tenant(), "s3cret")
 
 
 def test_clients_cannot_set_the_gateways_parameters_or_two_priorities() -> None:

@@ -29,7 +29,9 @@ def chat(messages: object = MESSAGES, **parameters: object) -> dict:
 def test_chat_input_is_rendered_with_the_models_template(served):
     status, body = http_generate(served, chat())
     assert status == 200, body
-    assert "Paris" in body["text_output"], body
+    # Not the answer's content: a 135M model's greedy answer moves with the CPU's arithmetic
+    # (seen: "Paris" on one machine, French prose on another). The prompt is checked exactly.
+    assert body["text_output"].strip(), body
     # The JSON is not echoed, and the prompt is exactly what the model's template makes of it.
     assert not body["text_output"].startswith("[")
     tokenizer = AutoTokenizer.from_pretrained(MODEL_DIR)

@@ -19,7 +19,7 @@ UNCONFIGURED = GatewayTrust()
 
 def test_names():
     assert GATEWAY_SECRET_ENV == "LLM_GATEWAY_SECRET"
-    assert GATEWAY_PARAMETERS == frozenset({"tenant", "gateway_secret"})
+    assert GATEWAY_PARAMETERS == frozenset({"tenant", "gateway_secret", "tenant_weight"})
 
 
 @pytest.mark.parametrize("trust", [NODE, UNCONFIGURED])
@@ -92,3 +92,14 @@ def test_from_environment(environ, configured):
     trust = GatewayTrust.from_environment(environ)
     assert trust.configured is configured
     assert trust == (NODE if configured else UNCONFIGURED)
+
+
+def test_a_tenant_weight_is_taken_only_with_a_trusted_tenant():
+    trust = GatewayTrust("s3cret")
+    assert trust.weight({}, None) == 1.0
+    assert trust.weight({"tenant_weight": "2.5"}, "acme") == 2.5
+    with pytest.raises(InvalidRequest, match="may only be set by the gateway"):
+        trust.weight({"tenant_weight": 2}, None)
+    for bad in ("lots", 0, -1, 5000):
+        with pytest.raises(InvalidRequest, match="tenant_weight"):
+            trust.weight({"tenant_weight": bad}, "acme")

@@ -127,6 +127,7 @@ def test_non_sampling_parameters_set():
     assert TIMEOUT_PARAMETER == "timeout"
     assert NON_SAMPLING_PARAMETERS == frozenset({
         "priority", "priority_level", "timeout", "id", "input_format", "tenant", "gateway_secret",
+        "tenant_weight",
     })
     # Every name the parser reads from the request parameters stays out of sampling.
     assert set(PRIORITY_PARAMETERS) | {TIMEOUT_PARAMETER} <= NON_SAMPLING_PARAMETERS

@@ -41,6 +41,7 @@ def show_tenant(out: Output, tenant: dict[str, Any], title: str | None = None) -
                 ("max_priority_level", tenant["max_priority_level"]),
                 ("default_priority_level", tenant["default_priority_level"]),
                 ("priority_over_limit", tenant["priority_over_limit"]),
+                ("weight", tenant.get("weight")),
                 ("created", when(tenant["created_at"])),
                 ("updated", when(tenant["updated_at"]))], title)
 
@@ -55,8 +56,14 @@ def _default_level(given: str) -> int | None:
                           "such as 2, or 'none' for the model's default") from None
 
 
+Weight = Annotated[float | None, typer.Option(
+    "--weight", min=0.001, max=1000, metavar="W",
+    help="its fair share of a priority level: 2 gets twice the service of 1 while both wait")]
+
+
 def _settings(models: list[str] | None, max_level: int | None, default_level: str | None,
-              over_limit: str | None, enabled: bool | None) -> dict[str, Any]:
+              over_limit: str | None, enabled: bool | None,
+              weight: float | None = None) -> dict[str, Any]:
     # Only what was given: the server keeps (or defaults) the rest. It checks the values too.
     body: dict[str, Any] = {}
     if models:
@@ -69,6 +76,8 @@ def _settings(models: list[str] | None, max_level: int | None, default_level: st
         body["priority_over_limit"] = over_limit
     if enabled is not None:
         body["enabled"] = enabled
+    if weight is not None:
+        body["weight"] = weight
     return body
 
 
@@ -79,11 +88,11 @@ def create(ctx: typer.Context, name: Annotated[str, typer.Argument(
            default_priority_level: DefaultLevel = None, over_limit: OverLimit = None,
            enabled: Annotated[bool, typer.Option(
                "--enabled/--disabled", help="a disabled tenant's requests are refused")] = True,
-           ) -> None:
+           weight: Weight = None) -> None:
     """Create a tenant (every model, any priority, unless told otherwise)."""
     run = invocation(ctx)
     body = {"name": name, **_settings(model, max_priority_level, default_priority_level,
-                                      over_limit, enabled)}
+                                      over_limit, enabled, weight)}
     tenant = run.client.post("/tenants", body)
     run.out.present(tenant, lambda: show_tenant(run.out, tenant,
                                                 f"created tenant '{tenant['name']}'"))
@@ -119,14 +128,16 @@ def update(ctx: typer.Context, tenant: TenantArgument, model: Models = None,
            over_limit: OverLimit = None,
            enabled: Annotated[bool | None, typer.Option(
                "--enabled/--disabled", help="enable or disable the tenant",
-               show_default=False)] = None) -> None:
+               show_default=False)] = None,
+           weight: Weight = None) -> None:
     """Change a tenant: only the options given change."""
     run = invocation(ctx)
-    body = _settings(model, max_priority_level, default_priority_level, over_limit, enabled)
+    body = _settings(model, max_priority_level, default_priority_level, over_limit, enabled,
+                     weight)
     if not body:
         raise usage_error("nothing to change: give at least one of --model, "
                           "--max-priority-level, --default-priority-level, --over-limit, "
-                          "--enabled/--disabled")
+                          "--enabled/--disabled, --weight")
     found = run.client.patch(f"/tenants/{segment(tenant)}", body)
     run.out.present(found, lambda: show_tenant(run.out, found,
                                                f"updated tenant '{found['name']}'"))

@@ -17,7 +17,8 @@ def test_tenants_create_list_show_update_delete(llmctl: Llmctl) -> None:
         "name": "demo", "allowed_models": ["*"], "max_priority_level": 1,
         "default_priority_level": None, "priority_over_limit": "refuse", "enabled": True,
         "limits": {"requests_per_minute": None, "tokens_per_minute": None,
-                   "concurrent_requests": None, "daily_tokens": None}, "model_limits": {}}
+                   "concurrent_requests": None, "daily_tokens": None}, "model_limits": {},
+        "weight": 1.0}
     batch = llmctl("tenants", "create", "batch", "--model", "smollm2", "--model", "chat",
                    "--max-priority-level", "2", "--default-priority-level", "3",
                    "--over-limit", "lower", "--disabled")
@@ -33,11 +34,12 @@ def test_tenants_create_list_show_update_delete(llmctl: Llmctl) -> None:
     assert llmctl("tenants", "list", "--json").document()["total"] == 2
 
     updated = llmctl("tenants", "update", "batch", "--enabled", "--default-priority-level",
-                     "none", "--json")
+                     "none", "--weight", "2.5", "--json")
     assert updated.code == 0, updated
     document = updated.document()
     assert (document["enabled"], document["default_priority_level"],
-            document["allowed_models"]) == (True, None, ["smollm2", "chat"])
+            document["allowed_models"], document["weight"]) == (True, None, ["smollm2", "chat"],
+                                                                2.5)
     shown = llmctl("tenants", "show", "batch")
     assert "default_priority_level: -" in shown.stdout.replace("  ", " ")
 

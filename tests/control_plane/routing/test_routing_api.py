@@ -182,10 +182,10 @@ def test_tenants_carry_their_active_key_hashes(client: TestClient, admin: dict[s
     assert before["tenants"] == [
         {"name": "demo", "enabled": True, "allowed_models": ["*"], "max_priority_level": 1,
          "default_priority_level": None, "priority_over_limit": "refuse", "limits": {},
-         "model_limits": {}, "key_hashes": hashes},
+         "model_limits": {}, "weight": 1.0, "key_hashes": hashes},
         {"name": "zeta", "enabled": True, "allowed_models": ["smollm2"],
          "max_priority_level": 2, "default_priority_level": 3, "priority_over_limit": "lower",
-         "limits": {}, "model_limits": {}, "key_hashes": []}]
+         "limits": {}, "model_limits": {}, "weight": 1.0, "key_hashes": []}]
 
     _ok(client.delete(f"/api/v1/tenants/demo/keys/{keys[0]['id']}", headers=admin), 204)
     _ok(client.patch("/api/v1/tenants/zeta", headers=admin, json={"enabled": False}))

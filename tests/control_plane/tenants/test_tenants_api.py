@@ -37,7 +37,7 @@ def test_create_get_list_update_delete(client: TestClient, admin: dict[str, str]
     assert {k: v for k, v in body.items() if not k.endswith("_at")} == {
         "name": "demo", "allowed_models": ["*"], "max_priority_level": 1,
         "default_priority_level": None, "priority_over_limit": "refuse", "enabled": True,
-        "limits": NO_LIMITS, "model_limits": {}}
+        "limits": NO_LIMITS, "model_limits": {}, "weight": 1.0}
     assert _ok(client.get(f"{TENANTS}/demo", headers=reader)) == body
 
     _ok(client.post(TENANTS, headers=admin, json={
@@ -109,15 +109,21 @@ def test_limits_are_set_replaced_checked_audited_and_published(
     assert "limits cannot be null" in _refused(client.patch(
         f"{TENANTS}/acme", headers=admin, json={"limits": None}))
 
+    weighted = client.patch(f"{TENANTS}/acme", headers=admin, json={"weight": 2})
+    assert _ok(weighted)["weight"] == 2.0
+    assert "greater than 0" in _refused(client.patch(f"{TENANTS}/acme", headers=admin,
+                                                     json={"weight": 0}))
     (routed,) = [t for t in _ok(client.get("/api/v1/routing", headers=reader))["tenants"]
                  if t["name"] == "acme"]
+    assert routed["weight"] == 2.0
     assert (routed["limits"], routed["model_limits"]) == (
         {"daily_tokens": 1_000_000}, {"chat": {"concurrent_requests": 2}})
     audit = _ok(client.get("/api/v1/audit", headers=admin,
                            params={"target_type": "tenant", "target": "acme"}))
-    assert [e["action"] for e in audit["items"]] == ["tenant.update", "tenant.create"]
-    assert audit["items"][0]["before"]["limits"]["requests_per_minute"] == 60
-    assert audit["items"][0]["after"]["limits"]["daily_tokens"] == 1_000_000
+    assert [e["action"] for e in audit["items"]] == ["tenant.update", "tenant.update",
+                                                     "tenant.create"]
+    assert audit["items"][1]["before"]["limits"]["requests_per_minute"] == 60
+    assert audit["items"][1]["after"]["limits"]["daily_tokens"] == 1_000_000
 
 
 def test_a_patch_that_changes_nothing_is_not_audited(client: TestClient,

@@ -1,7 +1,7 @@
 # Two commands do all the set-up (each installs what is missing first, then reuses it):
 #   make serve   the gateway + control plane + tritonserver with the demo LLM through our vLLM backend
 #   make test    the whole test suite (what CI runs)
-.PHONY: setup serve test unit-test bench bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement bench-burst bench-promotion bench-gateway bench-limits
+.PHONY: setup serve test unit-test bench bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement bench-burst bench-promotion bench-gateway bench-limits bench-fairness
 
 PYTHON := .venv/bin/python
 
@@ -17,7 +17,7 @@ test: setup
 unit-test: setup
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/unit
 
-bench: bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement bench-burst bench-promotion bench-gateway bench-limits
+bench: bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement bench-burst bench-promotion bench-gateway bench-limits bench-fairness
 
 bench-overhead: setup
 	$(PYTHON) -m bench.overhead
@@ -48,3 +48,6 @@ bench-gateway: setup
 
 bench-limits: setup
 	$(PYTHON) -m bench.limits
+
+bench-fairness: setup
+	$(PYTHON) -m bench.fairness

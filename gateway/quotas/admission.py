@@ -66,11 +66,6 @@ class Grant:
     settled: bool = False
 
     @property
-    def counts_tokens(self) -> bool:
-        """Whether the tokens the request used matter (a token limit applies)."""
-        return any(check.limit in TOKEN_LIMITS for check in self.taken)
-
-    @property
     def slots(self) -> list[tuple[str, str]]:
         return [(c.identifiers[0], c.identifiers[1]) for c in self.taken if c.item is None]
 
@@ -189,10 +184,9 @@ class QuotaGate:
 
     # -- the end of a request ----------------------------------------------------------------
 
-    async def settle(self, grant: Grant, used_tokens: int | None) -> None:
-        """Free the request's slots and settle its reservations to ``used_tokens`` (None: the
-        count is unknown, the reservation stands). Never raises: a store that fails here only
-        loses this correction."""
+    async def settle(self, grant: Grant, used_tokens: int) -> None:
+        """Free the request's slots and settle its reservations to ``used_tokens`` (the
+        backend's count). Never raises: a store that fails here only loses this correction."""
         if grant.settled or grant.counters is None:
             grant.settled = True
             return
@@ -201,10 +195,9 @@ class QuotaGate:
         for _, lease in grant.slots:
             self._leases.pop(lease, None)
         steps = [store.slots.release(key, lease) for key, lease in grant.slots]
-        if used_tokens is not None:
-            steps += [_settle_window(store, check, used_tokens, grant.admitted_at)
-                      for check in grant.taken
-                      if check.limit in TOKEN_LIMITS and check.item is not None]
+        steps += [_settle_window(store, check, used_tokens, grant.admitted_at)
+                  for check in grant.taken
+                  if check.limit in TOKEN_LIMITS and check.item is not None]
         try:
             for outcome in await asyncio.gather(*steps, return_exceptions=True):
                 if isinstance(outcome, BaseException):

@@ -8,15 +8,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.adapters.orm import DeploymentAdapter
 from control_plane.db import transaction
-from control_plane.deployments.naming import triton_model_name
-from control_plane.deployments.orm import Deployment, DeploymentState
-from control_plane.nodes.orm import TritonNode
-from control_plane.registry.orm import Model
+from control_plane.deployments.orm import Deployment
 
 BASE_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 # A hub source whose repository is the adapters' base model.
@@ -39,22 +36,6 @@ def write_adapter(directory: Path, *, base_model: str = BASE_MODEL, rank: int = 
     if weights:
         (directory / "adapter_model.safetensors").write_bytes(b"\0" * 32)
     return directory
-
-
-def deployment_row(factory: sessionmaker[Session], model: str, alias: str, node: str,
-                   state: DeploymentState, serving_version: int | None,
-                   wanted: bool = True) -> int:
-    """A deployment as the actuator leaves it (the API would start loading it on Triton)."""
-    with transaction(factory) as session:
-        model_id = session.scalar(select(Model.id).where(Model.name == model))
-        node_id = session.scalar(select(TritonNode.id).where(TritonNode.name == node))
-        deployment = Deployment(model_id=model_id, alias=alias, node_id=node_id,
-                                triton_name=triton_model_name(model, alias), wanted=wanted,
-                                state=state.value, serving_version=serving_version,
-                                updated_by="test")
-        session.add(deployment)
-        session.flush()
-        return deployment.id
 
 
 def set_deployment(factory: sessionmaker[Session], deployment_id: int, **fields: Any) -> None:

@@ -20,12 +20,11 @@ from control_plane.settings import Settings
 from tests.control_plane.adapters.support import (
     LORA_ARGS,
     VERSION_SOURCE,
-    deployment_row,
     set_adapter_state,
     set_deployment,
     write_adapter,
 )
-from tests.control_plane.deployments.support import finished
+from tests.control_plane.deployments.support import deployment_row, finished
 
 
 @pytest.fixture

@@ -15,7 +15,14 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
 
+from control_plane.db import transaction
+from control_plane.deployments.naming import triton_model_name
+from control_plane.deployments.orm import Deployment, DeploymentState
+from control_plane.nodes.orm import TritonNode
+from control_plane.registry.orm import Model
 from control_plane.triton.llm_client import GrpcStream
 from control_plane.triton.runtime import CACHE_DIR
 from control_plane.triton.server import TritonServer, free_port
@@ -168,3 +175,19 @@ class ControlPlane:
             self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.kill()
+
+
+def deployment_row(factory: sessionmaker[Session], model: str, alias: str, node: str,
+                   state: DeploymentState, serving_version: int | None,
+                   wanted: bool = True) -> int:
+    """A deployment as the actuator leaves it (the API would start loading it on Triton)."""
+    with transaction(factory) as session:
+        model_id = session.scalar(select(Model.id).where(Model.name == model))
+        node_id = session.scalar(select(TritonNode.id).where(TritonNode.name == node))
+        deployment = Deployment(model_id=model_id, alias=alias, node_id=node_id,
+                                triton_name=triton_model_name(model, alias), wanted=wanted,
+                                state=state.value, serving_version=serving_version,
+                                updated_by="test")
+        session.add(deployment)
+        session.flush()
+        return deployment.id

@@ -15,9 +15,9 @@ from control_plane.settings import Settings
 from tests.control_plane.adapters.support import (
     LORA_ARGS,
     VERSION_SOURCE,
-    deployment_row,
     write_adapter,
 )
+from tests.control_plane.deployments.support import deployment_row
 from tests.control_plane.llmctl.conftest import Llmctl, api
 
 

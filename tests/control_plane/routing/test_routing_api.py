@@ -17,11 +17,10 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.db import transaction
-from control_plane.deployments.naming import triton_model_name
 from control_plane.deployments.orm import Deployment, DeploymentState
-from control_plane.nodes.orm import TritonNode
 from control_plane.registry.orm import Model, ModelAlias, ModelVersion
 from control_plane.settings import Settings
+from tests.control_plane.deployments.support import deployment_row
 
 ROUTING = "/api/v1/routing"
 S = DeploymentState
@@ -54,22 +53,6 @@ def point(client: TestClient, headers: dict[str, str], model: str, alias: str,
           version: int) -> None:
     _ok(client.put(f"/api/v1/models/{model}/aliases/{alias}", headers=headers,
                    json={"version": version}), 200, 201)
-
-
-def deployment_row(factory: sessionmaker[Session], model: str, alias: str, node: str,
-                   state: DeploymentState, serving_version: int | None,
-                   wanted: bool = True) -> int:
-    """A deployment as the actuator leaves it (the API would start loading it on Triton)."""
-    with transaction(factory) as session:
-        model_id = session.scalar(select(Model.id).where(Model.name == model))
-        node_id = session.scalar(select(TritonNode.id).where(TritonNode.name == node))
-        deployment = Deployment(model_id=model_id, alias=alias, node_id=node_id,
-                                triton_name=triton_model_name(model, alias), wanted=wanted,
-                                state=state.value, serving_version=serving_version,
-                                updated_by="test")
-        session.add(deployment)
-        session.flush()
-        return deployment.id
 
 
 def set_state(factory: sessionmaker[Session], deployment_id: int, state: DeploymentState,

@@ -38,6 +38,7 @@ from llm_backend.chat import INPUT_FORMAT_PARAMETER, ChatMessage
 from llm_backend.errors import BackendError, InvalidRequest, Unavailable
 from llm_backend.logprobs import NOT_REQUESTED, cumulative, logprobs_json
 from llm_backend.outputs import BackendMetrics, OutputChunk, ResponseSink, SequenceProgress
+from llm_backend.preemption import resumable, resume_sampling
 from llm_backend.request import GenerationRequest
 from llm_backend.settings import SettingsError
 
@@ -65,6 +66,21 @@ class GenerationJob:
     adapter: LoadedAdapter | None = None
     # Told of the output tokens as they come (the tenant's fair-share service).
     on_tokens: Callable[[int], None] = lambda tokens: None
+    # Preemption (preemption.py): told to stop for another tenant's request; whether it stopped
+    # before finishing (it then waits to resume); the tokens it streamed, which a resumed run
+    # appends to its prompt; tokens counted per sequence across runs.
+    preempted: bool = False
+    stopped_early: bool = False
+    output_token_ids: list[int] = field(default_factory=list)
+    progress: SequenceProgress = field(default_factory=SequenceProgress)
+    runs: int = 0
+    first_token_seen: bool = False
+
+    @property
+    def preemptible(self) -> bool:
+        """Whether it can stop now and resume exactly: nothing sent yet (it starts over), or a
+        stream that can continue where it was."""
+        return not self.aborted and (not self.responded or resumable(self.request))
 
 
 class _SchedulerStatsRecorder(StatLoggerBase):
@@ -231,9 +247,43 @@ class EngineHost:
         """Start generating ``job`` on the loop thread; returns at once."""
         self._loop.call_soon_threadsafe(self._start_job, job)
 
+    def preempt(self, victim: GenerationJob, job: GenerationJob) -> None:
+        """Stop ``victim`` (its ``on_done`` runs with ``stopped_early`` set unless it finished
+        first), then start ``job``; returns at once."""
+        self._loop.call_soon_threadsafe(self._start_preemption, victim, job)
+
+    def _start_preemption(self, victim: GenerationJob, job: GenerationJob) -> None:
+        victim.preempted = True
+        if victim.request_id in self._jobs:
+            # Its abort reaches the engine core before the next request is added (one ordered
+            # channel), so the engine runs no more requests than its slots.
+            self._track(self._loop.create_task(self._abort_then_start(victim, job)))
+        else:
+            self._start_job(job)
+
+    async def _abort_then_start(self, victim: GenerationJob, job: GenerationJob) -> None:
+        try:
+            await self.engine.abort(victim.request_id)
+        finally:
+            self._start_job(job)
+
     def _start_job(self, job: GenerationJob) -> None:
+        if job.runs:
+            # A preempted job resuming: vLLM needs a fresh request id.
+            job.request_id = uuid.uuid4().hex
+            job.preempted = job.stopped_early = False
+        job.runs += 1
         self._jobs[job.request_id] = job
         self._track(self._loop.create_task(self._generate(job)))
+
+    def _engine_input(self, job: GenerationJob) -> tuple[list[int], Any]:
+        """The prompt and sampling of this run: a resumed stream continues after what it sent;
+        anything else runs from its start (it sent nothing)."""
+        if job.output_token_ids:
+            return (job.prompt_token_ids + job.output_token_ids,
+                    resume_sampling(job.request.sampling, len(job.output_token_ids)))
+        job.progress = SequenceProgress()
+        return job.prompt_token_ids, job.request.sampling
 
     async def _watch_cancellations(self) -> None:
         while True:
@@ -245,43 +295,55 @@ class EngineHost:
 
     async def _generate(self, job: GenerationJob) -> None:
         request = job.request
-        progress = SequenceProgress()
+        progress = job.progress
         last_token_at: float | None = None
         finished = False
         counted_on: LoadedAdapter | None = None
-        self._metrics.observe_prompt_tokens(len(job.prompt_token_ids))
+        if job.runs == 1:
+            self._metrics.observe_prompt_tokens(len(job.prompt_token_ids))
         try:
             if job.adapter is not None and self.adapters is not None:
                 # Counted from here, so an unload waits for it; refused if it was unloaded while
                 # the request waited in the queue.
                 self.adapters.acquire(job.adapter)
                 counted_on = job.adapter
+            prompt_token_ids, sampling = self._engine_input(job)
+            # Only a stream that can continue after a preemption keeps its tokens for it.
+            record_tokens = resumable(request)
             outputs = self.engine.generate(
-                {"prompt_token_ids": job.prompt_token_ids},
-                request.sampling,
+                {"prompt_token_ids": prompt_token_ids},
+                sampling,
                 job.request_id,
                 lora_request=None if counted_on is None else counted_on.lora,
                 priority=request.priority,
             )
             async for output in outputs:
-                if job.aborted:
+                # A preempted run drops what it has not passed on: the resumed run makes it
+                # again after the tokens it did pass on.
+                if job.aborted or job.preempted:
                     break
                 now = time.monotonic()
                 new_tokens = self._count_new_tokens(output, progress, request.streaming)
                 if new_tokens:
                     job.on_tokens(new_tokens)
-                if new_tokens:
-                    if last_token_at is None:
+                    if not job.first_token_seen:
+                        job.first_token_seen = True
                         self._metrics.observe_time_to_first_token(now - job.arrived)
-                    else:
+                    elif last_token_at is not None:
                         self._metrics.observe_inter_token_latency((now - last_token_at) / new_tokens)
                     last_token_at = now
                     self._metrics.observe_generated_tokens(new_tokens)
+                if record_tokens:
+                    job.output_token_ids.extend(output.outputs[0].token_ids)
                 if request.streaming or output.finished:
                     job.sink.send(self._chunk(job, output), final=output.finished)
                     job.responded = True
                 finished = output.finished
-            if not finished and not job.aborted:
+            job.stopped_early = job.preempted and not finished and not job.aborted
+            if job.stopped_early:
+                # Again, in case the first abort reached vLLM before this run's request did.
+                await self.engine.abort(job.request_id)
+            if not finished and not job.aborted and not job.stopped_early:
                 job.sink.send(None, final=True)
         except EngineDeadError as exc:
             self.dead = exc
@@ -302,7 +364,7 @@ class EngineHost:
             self._jobs.pop(job.request_id, None)
             if counted_on is not None and self.adapters is not None:
                 self.adapters.release(counted_on)
-            if request.tenant is not None:
+            if request.tenant is not None and not job.stopped_early:
                 # Once per request, at its end: each metric update is a blocking message to
                 # the Triton process.
                 self._metrics.observe_tenant_request(request.tenant, sum(progress.tokens.values()))

@@ -33,6 +33,7 @@ class Waiting(Generic[T]):
     tenant: str = SHARED
     order: int = 0  # submission order, the tie-breaker
     prompt_tokens: int = 0  # service charged when it starts
+    preemptions: int = 0  # how often it was stopped for another tenant and queued again
 
 
 class VirtualCounters:
@@ -104,8 +105,17 @@ class FairQueue(Generic[T]):
     def tenants(self) -> set[str]:
         return set(self._by_tenant)
 
+    def head(self, tenant: str) -> Waiting[T]:
+        """The request of ``tenant`` that would go first (it must have one waiting)."""
+        return self._by_tenant[tenant][0]
+
     def append(self, waiting: Waiting[T]) -> None:
         self._by_tenant.setdefault(waiting.tenant, deque()).append(waiting)
+        self._size += 1
+
+    def appendleft(self, waiting: Waiting[T]) -> None:
+        """Queue ``waiting`` first in its tenant's line (a preempted request, resuming)."""
+        self._by_tenant.setdefault(waiting.tenant, deque()).appendleft(waiting)
         self._size += 1
 
     def popleft(self) -> Waiting[T]:

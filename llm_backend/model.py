@@ -111,9 +111,11 @@ class TritonPythonModel:
         self._ticker = threading.Thread(target=self._tick, name="queue-ticker", daemon=True)
         self._ticker.start()
         log.info("llm_backend %s/%s ready: %s engine slots (%s reserved for levels <= %s), "
-                 "%s priority levels (default %s); %s; chat template: %s; tenant parameter: %s",
+                 "%s priority levels (default %s), fair-share preemption %s; %s; chat template: "
+                 "%s; tenant parameter: %s",
                  self._name, self._version, self._scheduler.capacity, self._scheduler.reserved,
                  self._settings.urgent_level, self._levels.count, self._levels.default,
+                 "on" if self._scheduler.preempt is not None else "off",
                  bytes_note, "yes" if self._engine.has_chat_template else "none",
                  f"trusted from the gateway ({GATEWAY_SECRET_ENV} set)" if self._gateway.configured
                  else f"refused ({GATEWAY_SECRET_ENV} not set)")
@@ -158,6 +160,8 @@ class TritonPythonModel:
             capacity=capacity, reserved=reserved, urgent_level=settings.urgent_level,
             policies=settings.queue_policies, start=self._start_job, reject=self._reject_job,
             cancelled=self._client_gone,
+            preempt=self._engine.preempt if settings.fair_share_preemption else None,
+            preemptible=lambda job: job.preemptible,
         )
 
     def execute(self, requests: list[Any]) -> None:
@@ -253,7 +257,7 @@ class TritonPythonModel:
         job.sink.fail(error)
 
     def _finished(self, level: int, job: GenerationJob) -> None:
-        self._scheduler.release(level, job)
+        self._scheduler.release(level, job, stopped_early=job.stopped_early)
 
     def _tick(self) -> None:
         # Queue timeouts are checked every tick; client cancellation of waiting requests less
@@ -276,6 +280,7 @@ class TritonPythonModel:
         # Triton process, which neither execute() nor the engine loop should wait on during a
         # burst (the metrics send only values that changed, so an idle model sends none).
         self._metrics.set_requests(*self._scheduler.snapshot())
+        self._metrics.set_tenant_requests(self._scheduler.tenant_snapshot())
 
     def _on_engine_dead(self, error: BaseException) -> None:
         # Only the first failing request unloads; r24.10 has no other way to mark a model

@@ -9,6 +9,12 @@ generation to finish. Here it takes a reserved engine slot at once (README, "Des
 The queue enforces per priority level the queue policies the model config declares for it
 (``queue_config.py``: ``max_queue_size``, ``default_timeout_microseconds``,
 ``allow_timeout_override``, as in Triton's ``ModelQueuePolicy``).
+
+Fair share preempts (``preempt`` set): a tenant with nothing running that arrives while every slot
+is taken takes a slot from the tenant holding the most, at its level or a less urgent one, so it
+never waits for someone else's long generations to end. The victim goes back to the head of its
+tenant's queue and resumes where it stopped (``engine.py``); its tenant keeps at least one slot,
+so two tenants never take slots from each other back and forth.
 """
 
 from __future__ import annotations
@@ -25,6 +31,10 @@ from llm_backend.errors import Unavailable
 from llm_backend.fair_share import SHARED, FairQueue, VirtualCounters, Waiting
 
 T = TypeVar("T")
+# A request is preempted at most this many times: each costs it a pause in its stream and a
+# re-read of its prompt and what it generated (mostly from vLLM's prefix cache). Victims are
+# spread over the tenant's requests, so a short newcomer every second does not use one up.
+MAX_PREEMPTIONS = 8
 
 
 class QueueRejected(Unavailable):
@@ -63,6 +73,17 @@ class QueuePolicy:
 
 
 @dataclass
+class Running(Generic[T]):
+    """A started request: what it was while waiting (to queue it again if it is preempted)."""
+
+    waiting: Waiting[T]
+    started: int  # start order: the most recently started is preempted first (least work lost)
+    preemptions: int = 0
+    # Told to stop so another tenant's request can run; its slot is already given away.
+    preempted: bool = False
+
+
+@dataclass
 class AdmissionScheduler(Generic[T]):
     """Priority queue in front of the engine, with slots reserved for urgent levels.
 
@@ -83,8 +104,16 @@ class AdmissionScheduler(Generic[T]):
     clock: Callable[[], float] = time.monotonic
     # How much service each tenant received: who goes first inside a level (fair_share.py).
     counters: VirtualCounters = field(default_factory=VirtualCounters)
+    # Stop the first (running) item and start the second in its slot; None: never preempt.
+    preempt: Callable[[T, T], None] | None = None
+    # Whether a running item can be stopped now and resumed later.
+    preemptible: Callable[[T], bool] = lambda item: True
     _queues: dict[int, FairQueue[T]] = field(init=False)
-    _tenant_of: dict[int, str] = field(init=False, default_factory=dict)
+    _started: dict[int, Running[T]] = field(init=False, default_factory=dict)
+    # Per tenant: started requests not told to stop (the slots it holds).
+    _holding: Counter[str] = field(init=False, default_factory=Counter)
+    _starts: int = field(init=False, default=0)
+    _preemptions: Counter[str] = field(init=False, default_factory=Counter)
     _submitted: int = field(init=False, default=0)
     _running: Counter[int] = field(init=False, default_factory=Counter)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
@@ -128,24 +157,61 @@ class AdmissionScheduler(Generic[T]):
             if not queue and self._fits(level):
                 self._begin(waiting)
                 return
+            victim = self._victim_for(waiting)
+            if victim is not None:
+                self._begin(waiting, replacing=victim)
+                return
             queue.append(waiting)
 
     def generated(self, item: T, tokens: int) -> None:
         """A started item produced ``tokens`` more output tokens: service for its tenant."""
         with self._lock:
-            tenant = self._tenant_of.get(id(item))
-            if tenant is not None:
-                self.counters.generated(tenant, tokens)
+            running = self._started.get(id(item))
+            if running is not None:
+                self.counters.generated(running.waiting.tenant, tokens)
+                self._preempt_for_the_slotless()
 
-    def release(self, level: int, item: T | None = None) -> None:
-        """A started item finished: free its slot and start what may run next."""
+    def _preempt_for_the_slotless(self) -> None:
+        """A tenant waiting with nothing running whose service was not yet below the holder's
+        when it arrived (it had just been served) takes a slot once the holder's grows past it:
+        not only at arrival. Called on every output chunk: the common case (no such tenant, or
+        no holder served more) costs a look at the waiting tenants only."""
+        if self.preempt is None:
+            return
+        for level in sorted(self._queues):
+            queue = self._queues[level]
+            for tenant in queue.tenants():
+                if self._holding[tenant] or not self._may_be_owed(tenant):
+                    continue
+                head = queue.head(tenant)
+                victim = self._victim_for(head)
+                if victim is None or (self.cancelled is not None and self.cancelled(head.item)):
+                    continue
+                queue.remove_where(lambda waiting, head=head: waiting is head)
+                self._begin(head, replacing=victim, preemptions=head.preemptions)
+                return  # one at a time: the holdings changed
+
+    def _may_be_owed(self, tenant: str) -> bool:
+        """Whether some tenant holding two or more slots has had at least ``tenant``'s service."""
+        mine = self.counters.of(tenant)
+        return any(count >= 2 and self.counters.of(holder) >= mine
+                   for holder, count in self._holding.items())
+
+    def release(self, level: int, item: T | None = None, stopped_early: bool = False) -> None:
+        """A started item ended: free its slot and start what may run next. ``stopped_early``:
+        it ended because it was preempted, before it finished; it waits again, first of its
+        tenant's, and resumes when its turn comes."""
         with self._lock:
             if self._running[level] <= 0:
                 raise RuntimeError(f"release without start at priority level {level}")
             self._running[level] -= 1
-            tenant = self._tenant_of.pop(id(item), None) if item is not None else None
-            if tenant is not None:
-                self.counters.finished(tenant)
+            running = self._pop_started(level, item)
+            if running is not None:
+                if not running.preempted:
+                    self._holding[running.waiting.tenant] -= 1
+                self.counters.finished(running.waiting.tenant)
+                if stopped_early and running.preempted:
+                    self._requeue(running)
             dropped = self._dispatch()
         for passed_over in dropped:
             self.reject(passed_over, QueueRejected("cancelled by the client"))
@@ -186,6 +252,15 @@ class AdmissionScheduler(Generic[T]):
             waiting = {level: len(queue) for level, queue in self._queues.items()}
             return running, waiting
 
+    def tenant_snapshot(self) -> dict[str, tuple[int, int, int]]:
+        """Per tenant seen so far: (running, waiting, preempted so far); ``SHARED`` is ``""``."""
+        with self._lock:
+            running = Counter(r.waiting.tenant for r in self._started.values() if not r.preempted)
+            waiting = Counter(w.tenant for queue in self._queues.values() for w in queue)
+            tenants = set(running) | set(waiting) | set(self._preemptions) | set(
+                self.counters.weights)
+            return {t: (running[t], waiting[t], self._preemptions[t]) for t in tenants}
+
     @property
     def running(self) -> int:
         with self._lock:
@@ -219,11 +294,66 @@ class AdmissionScheduler(Generic[T]):
                 if self.cancelled is not None and self.cancelled(waiting.item):
                     dropped.append(waiting.item)
                     continue
-                self._begin(waiting)
+                self._begin(waiting, preemptions=waiting.preemptions)
         return dropped
 
-    def _begin(self, waiting: Waiting[T]) -> None:
+    def _begin(self, waiting: Waiting[T], replacing: Running[T] | None = None,
+               preemptions: int = 0) -> None:
         self._running[waiting.level] += 1
-        self._tenant_of[id(waiting.item)] = waiting.tenant
+        self._starts += 1
+        self._started[id(waiting.item)] = Running(waiting, self._starts, preemptions)
+        self._holding[waiting.tenant] += 1
         self.counters.started(waiting.tenant, waiting.prompt_tokens)
-        self.start(waiting.item, waiting.level)
+        if replacing is None:
+            self.start(waiting.item, waiting.level)
+            return
+        # The victim keeps counting as running until it has stopped (release): nothing else
+        # starts in between, so the engine never holds more than its slots plus this one.
+        if self.preempt is None:
+            raise RuntimeError("a victim was chosen with preemption off")
+        replacing.preempted = True
+        self._holding[replacing.waiting.tenant] -= 1
+        self._preemptions[replacing.waiting.tenant] += 1
+        self.preempt(replacing.waiting.item, waiting.item)
+
+    def _victim_for(self, waiting: Waiting[T]) -> Running[T] | None:
+        """The running request ``waiting`` may take the slot of, if any: only for a tenant with
+        nothing running, from the tenant holding the most slots (at least two), at the same or
+        a less urgent level, whose service is not below the newcomer's (the newcomer is owed
+        service, as the fair queue would say). Of that tenant's requests: the one preempted
+        least, then the latest started (the least work to redo)."""
+        if self.preempt is None:
+            return None
+        holding = self._holding
+        if holding[waiting.tenant]:
+            return None
+        newcomer = self.counters.of(waiting.tenant)
+        candidates = [
+            r for r in self._started.values()
+            if not r.preempted and r.waiting.level >= waiting.level
+            and r.waiting.tenant != waiting.tenant and holding[r.waiting.tenant] >= 2
+            and r.preemptions < MAX_PREEMPTIONS
+            and self.counters.of(r.waiting.tenant) >= newcomer and self.preemptible(r.waiting.item)
+        ]
+        if not candidates:
+            return None
+        return max(candidates, key=lambda r: (holding[r.waiting.tenant],
+                                              self.counters.of(r.waiting.tenant),
+                                              -r.preemptions, r.started))
+
+    def _pop_started(self, level: int, item: T | None) -> Running[T] | None:
+        if item is not None:
+            return self._started.pop(id(item), None)
+        # A caller that does not say which item ended: the oldest at that level.
+        oldest = min((r for r in self._started.values() if r.waiting.level == level),
+                     key=lambda r: r.started, default=None)
+        return None if oldest is None else self._started.pop(id(oldest.waiting.item))
+
+    def _requeue(self, running: Running[T]) -> None:
+        """Put a preempted request back first in its tenant's line. It keeps its place and never
+        times out (it has streamed already); its prompt was charged when it first started."""
+        waiting = running.waiting
+        waiting.deadline = math.inf
+        waiting.prompt_tokens = 0
+        waiting.preemptions = running.preemptions + 1
+        self._queues[waiting.level].appendleft(waiting)

@@ -45,6 +45,8 @@ class BackendSettings:
     drain_timeout_s: float
     # Publish vLLM's stats as the stock vLLM backend's vllm:* families (stock_metrics.py).
     report_custom_metrics: bool = False
+    # A tenant with nothing running may stop another tenant's request to start (scheduler.py).
+    fair_share_preemption: bool = True
 
 
 def _flag(model_config: dict[str, Any], key: str, default: bool) -> bool:
@@ -139,4 +141,5 @@ def settings_from(model_config: dict[str, Any], engine_args: dict[str, Any]) -> 
         priority_passthrough=passthrough,
         drain_timeout_s=30.0 if drain_timeout_s is None else drain_timeout_s,
         report_custom_metrics=_flag(model_config, "REPORT_CUSTOM_METRICS", False),
+        fair_share_preemption=_flag(model_config, "fair_share_preemption", True),
     )

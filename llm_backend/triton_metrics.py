@@ -41,8 +41,21 @@ class TritonBackendMetrics:
             tenant_generated := family("llm_tenant_generation_tokens_total",
                                        "Tokens generated for a gateway tenant, counted as each "
                                        "request ends", family.COUNTER),
+            tenant_running := family("llm_tenant_running_requests",
+                                     "Requests of a gateway tenant running in the engine",
+                                     family.GAUGE),
+            tenant_waiting := family("llm_tenant_waiting_requests",
+                                     "Requests of a gateway tenant waiting in the backend's "
+                                     "queue for an engine slot (every level)", family.GAUGE),
+            tenant_preempted := family("llm_tenant_preemptions_total",
+                                       "Requests of a gateway tenant stopped to give another "
+                                       "tenant a slot (each resumes later)", family.COUNTER),
         ]
         self._labels = labels
+        self._queue_families: tuple[Any, ...] = (tenant_running, tenant_waiting, tenant_preempted)
+        # tenant -> (running, waiting, preempted) metrics, and the preemptions published so far.
+        self._tenant_queue: dict[str, tuple[Any, Any, Any]] = {}
+        self._preemptions_published: dict[str, int] = {}
         self._tenant_families: tuple[Any, ...] = (tenant_requests, tenant_generated)
         # tenant -> (requests, generated tokens); created on a tenant's first request, as
         # tenants are known only from the requests the gateway sends.
@@ -74,6 +87,8 @@ class TritonBackendMetrics:
             self._waiting.clear()
             self._tenants.clear()
             self._tenant_families = ()
+            self._tenant_queue.clear()
+            self._queue_families = ()
             self._last_set.clear()
             for name in ("_prompt", "_generated", "_ttft", "_itl", "_engine_running",
                          "_engine_waiting"):
@@ -123,6 +138,31 @@ class TritonBackendMetrics:
                     if self._last_set.get(gauge) != value:
                         gauge.set(value)
                         self._last_set[gauge] = value
+
+    def set_tenant_requests(self, tenants: dict[str, tuple[int, int, int]]) -> None:
+        """Per named tenant: running and waiting gauges and the preemptions counter (requests
+        without a tenant show in the per-level gauges only). Only changes are sent."""
+        with self._lock:
+            if self._closed:
+                return
+            for tenant, (running, waiting, preempted) in tenants.items():
+                if not tenant:
+                    continue
+                metrics = self._tenant_queue.get(tenant)
+                if metrics is None:
+                    labels = {**self._labels, "tenant": tenant}
+                    metrics = tuple(family.Metric(labels=labels)
+                                    for family in self._queue_families)
+                    self._tenant_queue[tenant] = metrics
+                running_gauge, waiting_gauge, preempted_counter = metrics
+                for gauge, value in ((running_gauge, running), (waiting_gauge, waiting)):
+                    if self._last_set.get(gauge) != value:
+                        gauge.set(value)
+                        self._last_set[gauge] = value
+                new = preempted - self._preemptions_published.get(tenant, 0)
+                if new > 0:
+                    preempted_counter.increment(new)
+                    self._preemptions_published[tenant] = preempted
 
     def set_engine_requests(self, running: int, waiting: int) -> None:
         # Called after every engine step: unchanged counts send nothing.

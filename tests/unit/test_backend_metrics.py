@@ -90,6 +90,22 @@ def test_a_request_is_one_update_per_counter_and_none_for_zero_tokens(recorder, 
     assert recorder.values("llm_tenant_generation_tokens_total") == {"acme": 7}
 
 
+def test_tenant_queue_gauges_and_preemptions_send_only_changes(recorder, metrics):
+    metrics.set_tenant_requests({"acme": (2, 5, 0), "": (1, 1, 0)})
+    assert recorder.values("llm_tenant_running_requests") == {"acme": 2}
+    assert recorder.values("llm_tenant_waiting_requests") == {"acme": 5}
+    sent = len(recorder.updates)
+    metrics.set_tenant_requests({"acme": (2, 5, 0)})
+    assert len(recorder.updates) == sent  # nothing changed, nothing sent
+    metrics.set_tenant_requests({"acme": (1, 5, 1), "globex": (1, 0, 0)})
+    metrics.set_tenant_requests({"acme": (1, 0, 3), "globex": (0, 0, 0)})
+    assert recorder.values("llm_tenant_running_requests") == {"acme": 1, "globex": 0}
+    assert recorder.values("llm_tenant_waiting_requests") == {"acme": 0, "globex": 0}
+    # A counter: the scheduler's running total, published as increments.
+    assert recorder.families["llm_tenant_preemptions_total"].kind == "counter"
+    assert recorder.values("llm_tenant_preemptions_total") == {"acme": 3, "globex": 0}
+
+
 def test_nothing_is_sent_after_close(recorder, metrics):
     metrics.observe_tenant_request("acme", 1)
     metrics.close()
@@ -113,6 +129,7 @@ def test_close_releases_every_metric_family(recorder):
 
     metrics = TritonBackendMetrics(SimpleNamespace(MetricFamily=Tracked), "smollm2", "1", levels=3)
     metrics.observe_tenant_request("acme", 1)
+    metrics.set_tenant_requests({"acme": (1, 1, 1)})
     metrics.close()
     gc.collect()
     assert made and [ref for ref in made if ref() is not None] == []

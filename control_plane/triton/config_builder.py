@@ -98,7 +98,8 @@ _OWNED_PARAMETERS = {
 }
 # parameters every version starts with, as the shipped config has them; an override may change
 # them. REPORT_CUSTOM_METRICS: the stock vLLM backend's vllm:* metric families, for its dashboards.
-_DEFAULT_PARAMETERS = {"REPORT_CUSTOM_METRICS": "true"}
+# fair_share_preemption: a tenant with nothing running may pause another tenant's request.
+_DEFAULT_PARAMETERS = {"REPORT_CUSTOM_METRICS": "true", "fair_share_preemption": "true"}
 
 
 def interface() -> model_config_pb2.ModelConfig:

@@ -56,7 +56,7 @@ def test_serving_settings_become_parameters_and_dynamic_batching_stays_empty() -
                                    '1000000,"allow_timeout_override":true,"max_queue_size":0}',
         "max_inflight_requests": "6", "reserved_urgent_slots": "2",
         "urgent_priority_level": "1", "drain_timeout_seconds": "2.5",
-        "REPORT_CUSTOM_METRICS": "true"}
+        "REPORT_CUSTOM_METRICS": "true", "fair_share_preemption": "true"}
 
 
 def test_the_default_settings_write_one_policy_per_level_that_has_one() -> None:

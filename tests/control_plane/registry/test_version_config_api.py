@@ -55,7 +55,7 @@ def test_settings_and_overrides_reach_the_rendered_config(
                                    '"allow_timeout_override":true,"max_queue_size":4}',
         "max_inflight_requests": "5", "reserved_urgent_slots": "1",
         "urgent_priority_level": "1", "drain_timeout_seconds": "30",
-        "REPORT_CUSTOM_METRICS": "true", "tenant": "research"}
+        "REPORT_CUSTOM_METRICS": "true", "fair_share_preemption": "true", "tenant": "research"}
     assert body["input"][0]["name"] == "text_input"
 
 

@@ -253,8 +253,11 @@ class EngineHost:
         self._loop.call_soon_threadsafe(self._start_preemption, victim, job)
 
     def _start_preemption(self, victim: GenerationJob, job: GenerationJob) -> None:
-        victim.preempted = True
-        if victim.request_id in self._jobs:
+        # Decided here, on the loop that streams it: the scheduler chose the victim from another
+        # thread, and it may have sent its first tokens since (then only a stream that can
+        # continue may stop). One that may not runs to its end; vLLM holds the newcomer until then.
+        if victim.request_id in self._jobs and victim.preemptible:
+            victim.preempted = True
             # Its abort reaches the engine core before the next request is added (one ordered
             # channel), so the engine runs no more requests than its slots.
             self._track(self._loop.create_task(self._abort_then_start(victim, job)))

@@ -157,7 +157,8 @@ class AdmissionScheduler(Generic[T]):
             if not queue and self._fits(level):
                 self._begin(waiting)
                 return
-            victim = self._victim_for(waiting)
+            # A tenant's own waiting requests go first: only its first may take a slot.
+            victim = None if who in queue.tenants() else self._victim_for(waiting)
             if victim is not None:
                 self._begin(waiting, replacing=victim)
                 return

@@ -19,7 +19,8 @@ ControlPlaneError (500)
 │   ├── InferenceKeyNotFound
 │   ├── AdapterNotFound
 │   ├── DeploymentIdNotFound
-│   └── AdapterNotOnDeployment
+│   ├── AdapterNotOnDeployment
+│   └── TokenizerUnavailable: a version whose tokenizer files cannot be served (why)
 ├── Conflict (409)
 │   ├── ModelAlreadyExists
 │   ├── NodeAlreadyExists
@@ -158,6 +159,13 @@ class AdapterNotOnDeployment(NotFound):
     def __init__(self, deployment: str, name: str) -> None:
         super().__init__(f"adapter '{name}' is not loaded on deployment {deployment}; list what "
                          "is with GET /api/v1/deployments/<id>/adapters")
+
+
+class TokenizerUnavailable(NotFound):
+    def __init__(self, model: str, number: int, reason: str) -> None:
+        super().__init__(f"version {number} of model '{model}' has no tokenizer the control "
+                         f"plane can serve: {reason}; gateways count its prompts by their byte "
+                         "length (an upper bound) instead")
 
 
 class Conflict(ControlPlaneError):

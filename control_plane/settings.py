@@ -27,6 +27,10 @@ class Settings(BaseSettings):
         default_factory=lambda: [CACHE_DIR / "models"],
         description="directories a version's local source must lie under (JSON list in the env)",
     )
+    tokenizer_max_bytes: int = Field(
+        default=32 * 1024 * 1024, ge=1024,
+        description="largest tokenizer file (tokenizer.json, tokenizer_config.json, "
+                    "chat_template.jinja) served to gateways for counting prompt tokens")
     reconcile_interval_seconds: float = Field(
         default=10.0, gt=0, description="how often the reconciler checks every node unprompted")
     reconciler_enabled: bool = Field(

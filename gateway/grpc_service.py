@@ -18,8 +18,9 @@ from tritonclient.grpc import service_pb2_grpc as pbg
 from gateway.auth import RESERVED_PARAMETERS, bearer_key
 from gateway.backend_parameters import BACKEND_PRIORITY, PRIORITY_NAMES, for_backend
 from gateway.errors import BadRequest, GatewayError, NoNodeAvailable, NotServed
-from gateway.kserve_http import SERVER_NAME, parse_max_tokens
+from gateway.kserve_http import SERVER_NAME, parse_max_tokens, parse_truncate
 from gateway.lora import LORA_NAME, SAMPLING_INPUT, check_lora_name, sampling_json_with_lora_name
+from gateway.prompt_tokens import INPUT_FORMAT, Prompt, is_chat
 from gateway.routing.table import Endpoint, Route, Tenant
 from gateway.service import Gateway
 from gateway.token_counts import TokenTally, ask_counts_grpc, read_grpc
@@ -54,7 +55,7 @@ def prepare_request(gateway: Gateway, route: Route, tenant: Tenant,
              for name in (*PRIORITY_NAMES, *RESERVED_PARAMETERS) if name in request.parameters}
     decided = for_backend({k: v for k, v in given.items() if v not in (0, None)}, tenant,
                           gateway.gateway_secret)
-    gateway.check_prompt_bytes(route, request_prompt_bytes(request), "text_input")
+    gateway.check_prompt_bytes(route, request_prompt(request), "text_input")
     prepared = pb.ModelInferRequest()
     prepared.CopyFrom(request)
     for name in PRIORITY_NAMES:
@@ -80,20 +81,39 @@ def request_prompt_bytes(request: pb.ModelInferRequest) -> int:
     return 0
 
 
-def request_max_tokens(request: pb.ModelInferRequest) -> int | None:
-    """The output tokens asked for, where the backend reads them: the sampling_parameters
-    input's JSON, else a request parameter (None: the backend's default)."""
+def request_prompt(request: pb.ModelInferRequest) -> Prompt:
+    """``text_input`` as the backend reads it (one UTF-8 string), with the input format and
+    truncation the request asks for."""
+    chat = INPUT_FORMAT in request.parameters and \
+        is_chat(_parameter_value(request.parameters[INPUT_FORMAT]))
+    truncate = parse_truncate(request_sampling(request).get("truncate_prompt_tokens"))
+    for index, tensor in enumerate(request.inputs):
+        if tensor.name == "text_input":
+            try:
+                text: str | None = _one_string(request, index)
+            except BadRequest:
+                text = None  # the backend refuses it, naming the field
+            return Prompt(text, request_prompt_bytes(request), chat, truncate)
+    return Prompt(None, 0, chat, truncate)
+
+
+def request_sampling(request: pb.ModelInferRequest) -> dict[str, Any]:
+    """Where the backend reads sampling parameters: the sampling_parameters input's JSON, else
+    the request parameters ({} when the input is not a JSON object: the backend refuses it,
+    naming the field)."""
     for index, tensor in enumerate(request.inputs):
         if tensor.name == SAMPLING_INPUT:
             try:
                 sampling = json.loads(_one_string(request, index) or "{}")
             except (BadRequest, json.JSONDecodeError):
-                return None  # the backend refuses it, naming the field
-            return parse_max_tokens(sampling.get("max_tokens")) \
-                if isinstance(sampling, dict) else None
-    if "max_tokens" in request.parameters:
-        return parse_max_tokens(_parameter_value(request.parameters["max_tokens"]))
-    return None
+                return {}
+            return sampling if isinstance(sampling, dict) else {}
+    return {name: _parameter_value(value) for name, value in request.parameters.items()}
+
+
+def request_max_tokens(request: pb.ModelInferRequest) -> int | None:
+    """The output tokens asked for (None: the backend's default)."""
+    return parse_max_tokens(request_sampling(request).get("max_tokens"))
 
 
 def select_adapter(request: pb.ModelInferRequest, adapter: str) -> None:
@@ -274,7 +294,7 @@ class InferenceService(pbg.GRPCInferenceServiceServicer):
         try:
             route = gateway.route_for(tenant, request.model_name)
             prepared = prepare_request(gateway, route, tenant, request)
-            grant = await gateway.admit(tenant, route, request_prompt_bytes(request),
+            grant = await gateway.admit(tenant, route, request_prompt(request),
                                         request_max_tokens(request))
         except GatewayError as error:
             await out.put(error_response(request, stream_error_message(error)))

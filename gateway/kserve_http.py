@@ -14,6 +14,7 @@ from gateway.auth import bearer_key
 from gateway.backend_parameters import for_backend
 from gateway.errors import BadRequest, NotServed
 from gateway.lora import generate_document_with_lora_name
+from gateway.prompt_tokens import INPUT_FORMAT, Prompt, is_chat
 from gateway.routing.table import Route, Tenant
 from gateway.service import Gateway
 from gateway.token_counts import SseReader, TokenTally, ask_counts, read_json
@@ -45,33 +46,60 @@ def parse_max_tokens(value: Any) -> int | None:
     return None
 
 
-def prompt_bytes(text_input: Any) -> int:
+def parse_truncate(value: Any) -> int | None:
+    """truncate_prompt_tokens as clients send it (an integer or a string of one); anything else
+    is left to the backend, which refuses it naming the field."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def prompt_of(text_input: Any, chat: bool, truncate: int | None) -> Prompt:
+    """``text_input`` as the backend reads it: one string (a list of one is that string)."""
     if isinstance(text_input, str):
-        return len(text_input.encode())
+        return Prompt(text_input, len(text_input.encode()), chat, truncate)
     if isinstance(text_input, list) and all(isinstance(item, str) for item in text_input):
-        return sum(len(item.encode()) for item in text_input)
+        # More than one element is refused by the backend; the byte bound reserves it until then.
+        text = text_input[0] if len(text_input) == 1 else None
+        return Prompt(text, sum(len(item.encode()) for item in text_input), chat, truncate)
     raise BadRequest("text_input must be a string")
 
 
-def checked_prompt_bytes(gateway: Gateway, route: Route, document: dict[str, Any]) -> int:
+def checked_prompt(gateway: Gateway, route: Route, document: dict[str, Any]) -> Prompt:
     if "text_input" not in document:
         raise BadRequest("text_input is required (the prompt, a string)")
-    size = prompt_bytes(document["text_input"])
-    gateway.check_prompt_bytes(route, size, "text_input")
-    return size
+    parameters = document.get("parameters")
+    chat = isinstance(parameters, dict) and is_chat(parameters.get(INPUT_FORMAT))
+    truncate = parse_truncate(sampling_of(document).get("truncate_prompt_tokens"))
+    prompt = prompt_of(document["text_input"], chat, truncate)
+    gateway.check_prompt_bytes(route, prompt, "text_input")
+    return prompt
 
 
-def max_tokens_of(document: dict[str, Any]) -> int | None:
-    """The output tokens a generate body asks for (None: the backend's default), where the
-    backend reads them: the sampling_parameters input, else the request parameters."""
+def sampling_of(document: dict[str, Any]) -> dict[str, Any]:
+    """Where the backend reads a generate body's sampling parameters: the sampling_parameters
+    input, else the request parameters ({} when neither is an object: the backend refuses
+    it, naming the field)."""
     sampling = document.get("sampling_parameters")
     if isinstance(sampling, str):
         try:
             sampling = json.loads(sampling) if sampling.strip() else {}
         except json.JSONDecodeError:
-            return None  # the backend refuses it, naming the field
+            return {}
     source = sampling if isinstance(sampling, dict) else document.get("parameters")
-    return parse_max_tokens(source.get("max_tokens") if isinstance(source, dict) else None)
+    return source if isinstance(source, dict) else {}
+
+
+def max_tokens_of(document: dict[str, Any]) -> int | None:
+    """The output tokens a generate body asks for (None: the backend's default)."""
+    return parse_max_tokens(sampling_of(document).get("max_tokens"))
 
 
 def generate_body(gateway: Gateway, route: Route, tenant: Tenant, document: dict[str, Any]
@@ -133,8 +161,8 @@ def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
         tenant = caller(request)
         route = gateway.route_for(tenant, model)
         document = parse_json_body(await request.body())
-        size = checked_prompt_bytes(gateway, route, document)
-        grant = await gateway.admit(tenant, route, size, max_tokens_of(document))
+        prompt = checked_prompt(gateway, route, document)
+        grant = await gateway.admit(tenant, route, prompt, max_tokens_of(document))
         tally, strip = TokenTally(), frozenset[str]()
         try:
             # Always: usage is counted for every tenant, limits or not.

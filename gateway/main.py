@@ -70,6 +70,7 @@ async def serve(settings: GatewaySettings) -> None:
             await asyncio.wait_for(gateway.usage.flush(), 5)
         await gateway.usage_client.aclose()
         await gateway.watcher.close()
+        await gateway.prompt_tokens.aclose()
         await gateway.monitor.close()
         if gateway.redis is not None:
             await gateway.redis.aclose()

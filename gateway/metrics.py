@@ -47,6 +47,9 @@ class GatewayMetrics:
             "llmgw_limit_check_seconds", "Time spent admitting a request against its limits",
             buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5),
             registry=r)
+        self.prompt_token_fallbacks = Counter(
+            "llmgw_prompt_token_fallbacks", "Prompts of token-limited tenants reserved at their "
+            "byte length, not counted with the model's tokenizer, by why", ["reason"], registry=r)
         self.tenant_tokens = Counter(
             "llmgw_tenant_tokens", "Tokens settled against tenant limits (the backend's count)",
             ["tenant", "kind"], registry=r)

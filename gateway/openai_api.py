@@ -30,6 +30,7 @@ from gateway.openai_translate import (
     stream_chunk,
     usage_chunk,
 )
+from gateway.prompt_tokens import Prompt
 from gateway.routing.table import Route, Tenant
 from gateway.service import Gateway
 from gateway.upstream_http import HttpUpstream, Upstream
@@ -107,7 +108,8 @@ def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
         tenant = caller(request)
         oa = parse(parse_json_body(await request.body()))
         route = gateway.route_for(tenant, oa.model)
-        gateway.check_prompt_bytes(route, len(oa.text_input.encode()), prompt_field)
+        prompt = Prompt(oa.text_input, len(oa.text_input.encode()), oa.chat)
+        gateway.check_prompt_bytes(route, prompt, prompt_field)
         header = parse_priority(request.headers.get(PRIORITY_HEADER), "the X-Priority header")
         if header is not None and oa.priority is not None and header != oa.priority:
             raise BadRequest(f"priority {oa.priority} and X-Priority {header} disagree; send one")
@@ -116,7 +118,7 @@ def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
         if route.adapter is not None:
             # OpenAI's fields have no lora_name: the model name is the only place it comes from.
             parameters = with_lora_name(parameters, route.adapter, "parameters")
-        grant = await gateway.admit(tenant, route, len(oa.text_input.encode()),
+        grant = await gateway.admit(tenant, route, prompt,
                                     parse_max_tokens(oa.parameters.get("max_tokens")), oa.n)
         try:
             answers = await open_choices(route, oa, parameters)

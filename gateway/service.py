@@ -15,6 +15,7 @@ import httpx
 from gateway.auth import authenticate, authorize
 from gateway.errors import BadRequest, GatewayError, ModelNotFound, NoNodeAvailable, RateLimited
 from gateway.metrics import GatewayMetrics
+from gateway.prompt_tokens import Prompt, PromptTokens
 from gateway.quotas.admission import Grant, QuotaGate
 from gateway.quotas.policy import scopes_for
 from gateway.routing.balancer import Balancer
@@ -53,6 +54,10 @@ class Gateway:
                         token.get_secret_value() if token else None),
             f"{socket.gethostname()}:{settings.http_port}", settings.usage_flush_seconds,
             on_lost=lambda n: self.metrics.usage_lost.inc(n))
+        self.prompt_tokens = PromptTokens(settings.control_plane_url,
+                                          token.get_secret_value() if token else None,
+                                          self.metrics.prompt_token_fallbacks,
+                                          cache_size=settings.tokenizer_cache_size)
         self.quotas = QuotaGate(primary, settings.limits_failure_mode,
                                 on_store_state=lambda up: self.metrics.limit_store_up.set(
                                     1 if up else 0),
@@ -103,32 +108,41 @@ class Gateway:
                             f"node{hint} (loaded for {route.name}: {', '.join(loaded) or 'none'}); "
                             f"{todo} an operator to load it")
 
-    def check_prompt_bytes(self, route: Route, prompt_bytes: int, field: str) -> None:
+    def check_prompt_bytes(self, route: Route, prompt: Prompt, field: str) -> None:
         """Refuse a prompt whose bytes alone prove it cannot fit the context: every token covers
-        at most ``max_bytes_per_token`` bytes, so it has at least this many tokens."""
-        if route.max_model_len is None:
+        at most ``max_bytes_per_token`` bytes, so it has at least this many tokens. A prompt
+        the backend is asked to truncate may be longer (the backend checks the same)."""
+        if route.max_model_len is None or prompt.truncate is not None:
             return
         limit = route.max_model_len * self.settings.max_bytes_per_token
-        if prompt_bytes > limit:
+        if prompt.size > limit:
             self.metrics.body_refusals.labels("any", "prompt_bytes").inc()
             raise BadRequest(
-                f"{field} is {prompt_bytes} bytes: more than {route.name}'s context of "
+                f"{field} is {prompt.size} bytes: more than {route.name}'s context of "
                 f"{route.max_model_len} tokens can hold (at most {limit} bytes); shorten it")
 
-    async def admit(self, tenant: Tenant, route: Route, prompt_bytes: int,
+    async def admit(self, tenant: Tenant, route: Route, prompt: Prompt,
                     max_tokens: int | None, choices: int = 1) -> Grant:
         """Hold the request to the tenant's limits (RateLimited, with when to retry); settle
         the grant with ``settle`` when the request ends, whatever the outcome."""
         scopes = scopes_for(tenant.name, tenant.limits, tenant.model_limits, route.model)
         if not scopes:
             return Grant(None)
+        # Only token limits need the count: other tenants' prompts are never tokenized here.
+        counted = (await self.prompt_tokens.count(route, prompt)
+                   if any(scope.limits.limits_tokens for scope in scopes) else None)
+        if counted is not None:
+            reserved = least = counted
+        else:
+            # Each token covers at least one byte and at most max_bytes_per_token: the prompt's
+            # bytes bound its tokens from above (reserved) and below (for "can never fit").
+            reserved = prompt.kept(prompt.size, route.max_model_len)
+            least = prompt.kept(-(-prompt.size // self.settings.max_bytes_per_token),
+                                route.max_model_len)
         started = time.perf_counter()
-        # Each token covers at least one byte and at most max_bytes_per_token: the prompt's
-        # bytes bound its tokens from above (reserved) and below (for "can never fit").
-        least = -(-prompt_bytes // self.settings.max_bytes_per_token)
         try:
             grant = await self.quotas.admit(
-                scopes, prompt_bytes * choices,
+                scopes, reserved * choices,
                 None if max_tokens is None else max_tokens * choices, least * choices)
         except RateLimited as refusal:
             self.metrics.limit_refusals.labels(tenant.name, refusal.limit).inc()

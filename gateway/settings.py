@@ -79,6 +79,10 @@ class GatewaySettings(BaseSettings):
     default_max_tokens: int = Field(
         default=16, ge=1, description="tokens a request without max_tokens reserves for its "
                                       "output (vLLM's default)")
+    tokenizer_cache_size: int = Field(
+        default=8, ge=1, le=1024,
+        description="model versions whose tokenizer is kept for counting prompt tokens (each "
+                    "one tens of MB; the least recently used goes)")
     usage_flush_seconds: float = Field(
         default=2.0, gt=0, le=300, description="how often usage is reported to the control "
                                                "plane: what a killed gateway can lose")

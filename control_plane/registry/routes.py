@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response, status
 from fastapi.responses import JSONResponse
 
-from control_plane.auth.dependencies import Reader, Writer
+from control_plane.auth.dependencies import Reader, WaitingReader, Writer
 from control_plane.dependencies import AppSettings, DbSession
 from control_plane.error_handlers import error_responses
 from control_plane.idempotency.http import IdempotencyKeyHeader, respond_once
@@ -19,7 +19,7 @@ from control_plane.operations.dependencies import operation_id_of as _operation_
 from control_plane.operations.runner import OperationRunner
 from control_plane.operations.schemas import OperationOut
 from control_plane.pagination import Limit, Offset, Page, page_response
-from control_plane.registry import aliases, service, validation
+from control_plane.registry import aliases, service, tokenizer, validation
 from control_plane.registry.orm import Model, ModelAlias, ModelVersion
 from control_plane.registry.schemas import (
     MODEL_NAME_PATTERN,
@@ -31,6 +31,7 @@ from control_plane.registry.schemas import (
     ModelName,
     ModelOut,
     ModelUpdate,
+    TokenizerOut,
     VersionCreate,
     VersionOut,
     VersionUpdate,
@@ -145,6 +146,20 @@ def version_config(name: ModelName, number: VersionNumber, session: DbSession, _
     config = config_builder.build(name, ServingSettings.model_validate(version.serving),
                                   version.triton_config)
     return config_builder.to_json_dict(config)
+
+
+@router.get("/{name}/versions/{number}/tokenizer", responses=error_responses(404))
+def version_tokenizer(name: ModelName, number: VersionNumber, request: Request,
+                      _: WaitingReader, settings: AppSettings) -> TokenizerOut:
+    """The version's tokenizer.json, chat template and special tokens, from its local files:
+    gateways count prompt tokens with them as the backend does. 404 TokenizerUnavailable says
+    why there are none to serve (a remote source, no tokenizer.json, a file too large); a
+    gateway then counts by bytes."""
+    # The caller's token is checked in a transaction that ends before this runs (WaitingReader),
+    # and the version is read in one of its own: megabytes are read from disk with none open.
+    return TokenizerOut.of(tokenizer.read_version_tokenizer(
+        request.app.state.session_factory, name, number, settings.source_roots,
+        settings.tokenizer_max_bytes))
 
 
 @router.post("/{name}/versions/{number}/validate", status_code=status.HTTP_202_ACCEPTED,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -13,6 +13,9 @@ from control_plane.promotions.gates import Gates
 from control_plane.registry.orm import AliasMove, Model, ModelAlias, ModelVersion, VersionState
 from control_plane.registry.resources import ResourceSettings
 from control_plane.registry.serving import ServingSettings
+
+if TYPE_CHECKING:  # tokenizer -> service -> schemas: the type only, for TokenizerOut.of
+    from control_plane.registry.tokenizer import VersionTokenizer
 
 # The name becomes a Triton model name and a directory name, so nothing that could reach a path.
 MODEL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
@@ -135,6 +138,28 @@ _VERSION_OUT_FIELDS = tuple(VersionOut.model_fields)
 _SERVING_FIELDS = frozenset(ServingSettings.model_fields)
 _RESOURCE_FIELDS = frozenset(ResourceSettings.model_fields)
 _GATE_FIELDS = frozenset(Gates.model_fields)
+
+
+class TokenizerOut(BaseModel):
+    """What a gateway needs to count a version's prompt tokens as the backend does."""
+
+    model: str
+    version: int
+    checksum: str | None = Field(description="the version's checksum, as registered")
+    tokenizer_json: str = Field(description="the text of tokenizer.json")
+    chat_template: str | None = Field(
+        description="the chat template (chat_template.jinja, else tokenizer_config.json's); "
+                    "null: the model has none and chat input is refused")
+    special_tokens: dict[str, str] = Field(
+        description="bos_token, eos_token, … as tokenizer_config.json names them: the chat "
+                    "template may write them")
+
+    @classmethod
+    def of(cls, found: VersionTokenizer) -> TokenizerOut:
+        files = found.files
+        return cls(model=found.model, version=found.number, checksum=found.checksum,
+                   tokenizer_json=files.tokenizer_json, chat_template=files.chat_template,
+                   special_tokens=files.special_tokens)
 
 
 class AliasMoveRequest(_Input):

@@ -33,16 +33,22 @@ def check_source(source: str, roots: Sequence[Path]) -> CheckedSource:
     if not source.startswith("/"):
         raise InvalidSource(f"source '{source}' is not allowed: use an absolute local path under "
                             f"{_roots_text(roots)}, an hf:// or an s3:// address")
-    path = Path(source)
+    resolved = resolve_local(source, roots)
+    return CheckedSource(uri=str(resolved), checksum=local_checksum(resolved))
+
+
+def resolve_local(source: str, roots: Sequence[Path]) -> Path:
+    """The real path of local ``source``, which must exist under one of ``roots``
+    (``InvalidSource`` saying which rule it broke)."""
     try:
         # resolve() follows symlinks, so a link inside a root cannot point outside it.
-        resolved = path.resolve(strict=True)
+        resolved = Path(source).resolve(strict=True)
     except (OSError, RuntimeError, ValueError) as exc:  # ValueError: a NUL in the path
         raise InvalidSource(f"local source '{source}' does not exist or cannot be read") from exc
     if not any(resolved.is_relative_to(root.resolve()) for root in roots):
         raise InvalidSource(f"local source '{source}' is outside the allowed roots "
                             f"{_roots_text(roots)} (setting LLMCP_SOURCE_ROOTS)")
-    return CheckedSource(uri=str(resolved), checksum=local_checksum(resolved))
+    return resolved
 
 
 def local_checksum(path: Path) -> str:

@@ -33,6 +33,11 @@ class Limits:
     def __bool__(self) -> bool:
         return any(getattr(self, f.name) is not None for f in fields(self))
 
+    @property
+    def limits_tokens(self) -> bool:
+        """Whether a request needs its prompt's tokens counted to be held to these."""
+        return self.tokens_per_minute is not None or self.daily_tokens is not None
+
 
 NO_LIMITS = Limits()
 

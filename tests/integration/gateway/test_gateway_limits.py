@@ -28,6 +28,10 @@ from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
 PROMPT = "The capital of France is"
+# 1630 bytes, 361 tokens for SmolLM2: English runs ~4.5 bytes per token.
+LONG_PROMPT = ("The history of Paris spans more than two thousand years, from a small "
+               "settlement of the Parisii on an island in the Seine to one of the great cities "
+               "of the world. ") * 10
 FLUSH_S = 1.0
 
 
@@ -196,6 +200,46 @@ def test_tokens_settle_to_the_backends_count_and_only_asked_counts_reach_the_cli
     over = generate(gateways.first, key, max_tokens=700)
     assert over.status_code == 400 and "tokens_per_minute of 700 allows at all" in \
         over.json()["error"]
+
+
+def test_prompts_are_reserved_at_the_backends_own_token_count(
+        stack: Stack, gateways: Gateways) -> None:
+    """Counted with the model's tokenizer (fetched from the control plane), a long English
+    prompt fits what is left of the minute, where its byte length (capped at the window) would
+    not; the reservation a refusal names is the backend's num_input_tokens + max_tokens."""
+    limit = 700
+    key = tenant(stack, gateways, tokens_per_minute=limit)
+    headers = {"Authorization": f"Bearer {key}"}
+    url = f"http://{gateways.first.http_address}"
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "What is the capital "
+                                                                    "of France?"}]}
+    first = httpx.post(f"{url}/v1/chat/completions", headers=headers, timeout=120,
+                       json={**chat, "max_tokens": 1})
+    assert first.status_code == 200, first.text
+    usage = first.json()["usage"]
+    chat_prompt, used = usage["prompt_tokens"], usage["total_tokens"]
+    size = len(LONG_PROMPT.encode())
+    assert min(size, limit - 2) + 2 > limit - used, "the byte bound would refuse the next one"
+    second = generate(gateways.first, key, text_input=LONG_PROMPT, return_num_input_tokens=True,
+                      return_num_output_tokens=True,
+                      parameters={"max_tokens": 2, "ignore_eos": True})
+    assert second.status_code == 200, second.text
+    prompt = int(second.json()["num_input_tokens"])
+    assert prompt < size / 4
+    used += prompt + int(second.json()["num_output_tokens"])
+
+    refused = generate(gateways.first, key, max_tokens=1, text_input=LONG_PROMPT)
+    assert refused.status_code == 429, refused.text
+    assert f"would go over its tokens_per_minute of {limit} this minute with this request's " \
+           f"{prompt + 1} token(s)" in refused.json()["error"]
+    max_tokens = max(1, limit - used - chat_prompt + 1)
+    over = httpx.post(f"{url}/v1/chat/completions", headers=headers, timeout=30,
+                      json={**chat, "max_tokens": max_tokens})
+    assert over.status_code == 429, over.text
+    assert f"with this request's {chat_prompt + max_tokens} token(s)" in \
+        over.json()["error"]["message"]
+    metrics = httpx.get(f"{url}/metrics").text
+    assert "llmgw_prompt_token_fallbacks_total{" not in metrics, metrics
 
 
 def test_concurrent_requests_and_the_daily_budget(stack: Stack, gateways: Gateways) -> None:

@@ -128,12 +128,14 @@ class Flood:
         self._client.stop_stream(cancel_requests=True)
         self._client.close()
 
-    def summary(self) -> dict[str, int]:
+    def summary(self, seconds: float) -> dict[str, float]:
         with self._lock:
             done = [r for r in self.results.values() if r.final]
+            generated = sum(r.num_output_tokens for r in self.results.values())
             return {"a_requests_sent": len(self.results), "a_requests_done": len(done),
                     "a_done_short_of_max_tokens": sum(
-                        r.num_output_tokens != A_SAMPLING["max_tokens"] for r in done)}
+                        r.num_output_tokens != A_SAMPLING["max_tokens"] for r in done),
+                    "a_tokens_per_s": round(generated / seconds, 2)}
 
 
 def phase(server: TritonServer, seconds: float, interval: float, flood_rate: float, secret: str,
@@ -145,6 +147,7 @@ def phase(server: TritonServer, seconds: float, interval: float, flood_rate: flo
              if flood_rate else None)
     ttfts: list[float] = []
     censored = 0
+    flood_started = time.monotonic()
     with flood or contextlib.nullcontext():
         if flood:
             time.sleep(3.0)  # the flood's backlog builds first
@@ -168,7 +171,7 @@ def phase(server: TritonServer, seconds: float, interval: float, flood_rate: flo
             else:
                 ttfts.append(first_token_at - result.submitted_at)
             time.sleep(max(0.0, interval - (time.monotonic() - started)))
-    summary = flood.summary() if flood else {}
+    summary = flood.summary(time.monotonic() - flood_started) if flood else {}
     return {"b_requests": len(ttfts), "b_censored": censored,
             "b_ttft_p50_s": round(percentile(ttfts, 0.5), 3),
             "b_ttft_p95_s": round(percentile(ttfts, 0.95), 3), **summary,
@@ -279,11 +282,11 @@ def main() -> None:
     data["goal_met"] = data["fair_ttft_p95_ratio"] <= 1.5
     print_table("tenant B's time to first token (s) at level 3",
                 ["phase", "B requests", "B censored", "p50", "p95", "p95 ÷ alone", "A sent",
-                 "A done", "A done short", "preemptions"],
+                 "A done", "A done short", "A tokens/s", "preemptions"],
                 [[name, p["b_requests"], p["b_censored"], p["b_ttft_p50_s"], p["b_ttft_p95_s"],
                   round(p["b_ttft_p95_s"] / base, 3), p.get("a_requests_sent", 0),
                   p.get("a_requests_done", 0), p.get("a_done_short_of_max_tokens", 0),
-                  p["preemptions"]]
+                  p.get("a_tokens_per_s", 0), p["preemptions"]]
                  for name, p in phases.items()])
     print(f"\nweights 2:1, both backlogged: weighted tokens served {weights['weighted_tokens']}, "
           f"ratio {weights['service_ratio']}; per-weight gap {weights['service_per_weight_gap']} "

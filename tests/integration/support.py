@@ -44,6 +44,11 @@ def test_model_config() -> tuple[str, dict[str, bytes]]:
         {"max_queue_size": TEST_URGENT_QUEUE_SIZE, "default_timeout_microseconds": 30_000_000,
          "allow_timeout_override": True}))
     set_parameter(config, "drain_timeout_seconds", "20")
+    # Level 3 waits as long as a burst of hundreds of streams takes on a slow 2-core machine (the
+    # shipped 120 s is less than some such machines need), so only a hang times out there.
+    policy = json.loads(config.parameters["default_queue_policy"].string_value)
+    set_parameter(config, "default_queue_policy", json.dumps(
+        {**policy, "default_timeout_microseconds": 400_000_000}))
     engine_args = read_model_json(MODEL_DIR)
     engine_args["max_num_seqs"] = TEST_MAX_NUM_SEQS
     return to_load_json(config), {"file:1/model.json": model_json_bytes(engine_args)}

@@ -45,7 +45,12 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     server.start()
     try:
         # Imported by module: pytest would collect a bare test_model_config as a test.
-        config, _ = support.test_model_config()
+        config_json, _ = support.test_model_config()
+        config = json.loads(config_json)
+        # An unload waits for the adapter's 96-token stream: ~25 s on a slow 2-core machine with
+        # LoRA, over the tests' usual 20 s drain.
+        config["parameters"]["drain_timeout_seconds"] = {"string_value": "120"}
+        config = json.dumps(config)
         engine_args = {**read_model_json(MODEL_DIR), "max_num_seqs": 7, "enable_lora": True,
                        "max_loras": 2, "max_lora_rank": 16}
         with httpclient.InferenceServerClient(server.http_url, network_timeout=600) as client:

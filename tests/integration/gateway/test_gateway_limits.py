@@ -331,6 +331,9 @@ def test_usage_is_reported_per_tenant_and_a_killed_gateway_loses_at_most_one_flu
     try:
         doomed.wait_serving(MODEL, stack.keys["acme"])
         other = tenant(stack, gateways, daily_tokens=10**9)
+        # tenant() waits for the session's gateways only; this one learns the key from its own
+        # next routing table (a loaded machine once answered 401 before it had).
+        doomed.wait_serving(MODEL, other)
         other_name = _tenant_of(stack, other)
         for _ in range(3):
             assert generate(doomed, other, max_tokens=1).status_code == 200

@@ -169,4 +169,6 @@ def test_a_node_killed_under_streaming_load(stack: Stack) -> None:
             assert generate(stack).status_code == 200
         return metric(victim, "nv_inference_request_success", model=MODEL) > 0
 
-    assert wait_until(victim_served, 60, interval=0.5)
+    # Generous: on a loaded 2-core machine the returned node's first answers are slow, and the
+    # balancer sends it little until its latency shows it is well.
+    assert wait_until(victim_served, 180, interval=0.5)

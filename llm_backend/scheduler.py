@@ -256,11 +256,10 @@ class AdmissionScheduler(Generic[T]):
     def tenant_snapshot(self) -> dict[str, tuple[int, int, int]]:
         """Per tenant seen so far: (running, waiting, preempted so far); ``SHARED`` is ``""``."""
         with self._lock:
-            running = Counter(r.waiting.tenant for r in self._started.values() if not r.preempted)
             waiting = Counter(w.tenant for queue in self._queues.values() for w in queue)
-            tenants = set(running) | set(waiting) | set(self._preemptions) | set(
+            tenants = set(self._holding) | set(waiting) | set(self._preemptions) | set(
                 self.counters.weights)
-            return {t: (running[t], waiting[t], self._preemptions[t]) for t in tenants}
+            return {t: (self._holding[t], waiting[t], self._preemptions[t]) for t in tenants}
 
     @property
     def running(self) -> int:

@@ -6,7 +6,8 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.datastructures import MutableHeaders
@@ -28,6 +29,8 @@ from control_plane.error_handlers import error_responses, install_error_handlers
 from control_plane.gpus.monitor import GpuMonitor
 from control_plane.gpus.readings import GpuInventory
 from control_plane.leader import LeaderElection, LeaderLock
+from control_plane.metrics.registry import ControlPlaneMetrics
+from control_plane.metrics.state import StateCollector
 from control_plane.nodes.repository import NodeRepository
 from control_plane.nodes.routes import router as nodes_router
 from control_plane.operations.routes import router as operations_router
@@ -97,15 +100,16 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     engine = engine or make_engine(settings.database_url)
 
     session_factory = make_session_factory(engine)
-    runner = OperationRunner(session_factory)
+    metrics = ControlPlaneMetrics()
+    runner = OperationRunner(session_factory, metrics=metrics)
     runner.register(validation.KIND, validation.make_work(settings.source_roots))
     placer = Placer(session_factory, headroom_fraction=settings.gpu_headroom_fraction,
-                    strategy=settings.placement_strategy)
+                    strategy=settings.placement_strategy, metrics=metrics)
     gpu_monitor = GpuMonitor(lambda: node_inventories(session_factory, placer),
                              interval_s=settings.gpu_poll_interval_seconds,
                              history=settings.gpu_history)
     monitor_users: list[None] = []
-    webhook_sender = WebhookSender.from_settings(session_factory, settings)
+    webhook_sender = WebhookSender.from_settings(session_factory, settings, metrics)
     actuator = Actuator(session_factory, node_control.connect, config_builder.load_request,
                         placer=placer)
     adapter_actuator = AdapterActuator(session_factory, adapter_control.connect)
@@ -113,7 +117,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     reconciler = Reconciler(actuator, interval_s=settings.reconcile_interval_seconds,
                             is_leader=lambda: bool(elections) and elections[-1].is_leader,
                             min_triton_version=settings.min_triton_version,
-                            steps=[AdapterReconciler(adapter_actuator)])
+                            steps=[AdapterReconciler(adapter_actuator)], metrics=metrics)
     # After each deployment operation the reconciler looks again at once, whatever the outcome.
     runner.register(deployments.APPLY, deployment_work.make_apply(actuator, reconciler.trigger))
     runner.register(deployments.REMOVE, deployment_work.make_remove(actuator, reconciler.trigger))
@@ -126,6 +130,11 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         session_factory, runner, settings.source_roots, publish=outbox.publish,
         after_commit=webhook_sender.trigger,
         step_timeout_s=settings.promotion_step_timeout_seconds)
+
+    metrics.registry.register(StateCollector(
+        session_factory, gpu_monitor,
+        lambda: (bool(elections) and elections[-1].is_leader) if settings.reconciler_enabled
+        else None))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -164,6 +173,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
 
     app = FastAPI(title="LLM control plane", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
+    app.state.metrics = metrics
     app.state.session_factory = session_factory
     app.state.operation_runner = runner
     app.state.promotion_driver = promotion_driver
@@ -187,6 +197,11 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         with engine.connect() as connection:
             connection.execute(text("SELECT 1"))
         return {"status": "ready"}
+
+    @app.get("/metrics", tags=["health"], response_class=Response)
+    def prometheus_metrics() -> Response:
+        """Prometheus metrics (no token: scrape it from the internal network only)."""
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(registry_router, prefix="/api/v1")
     app.include_router(nodes_router, prefix="/api/v1")

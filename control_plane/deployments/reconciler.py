@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -33,6 +34,7 @@ from control_plane.deployments.repository import DeploymentRepository
 from control_plane.deployments.service import busy_deployment_ids
 from control_plane.deployments.specs import NodeEndpoint
 from control_plane.errors import ControlPlaneError
+from control_plane.metrics.registry import ControlPlaneMetrics
 from control_plane.nodes.triton_version import version_warning
 from control_plane.registry.repository import AliasRepository
 from control_plane.triton.protocol import TritonControl, TritonControlError
@@ -62,6 +64,8 @@ class NodeReport:
     errors: list[str] = field(default_factory=list)
     # What each NodeStep did, by its name.
     steps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Not looked at: an operation held the node.
+    skipped: bool = False
 
     def as_json(self) -> dict[str, Any]:
         return {"node": self.node, "reachable": self.reachable, "errors": self.errors,
@@ -75,8 +79,8 @@ class NodeReport:
 class Reconciler:
     def __init__(self, actuator: Actuator, interval_s: float = 10.0,
                  is_leader: Callable[[], bool] = lambda: True,
-                 min_triton_version: str | None = None, steps: Sequence[NodeStep] = ()
-                 ) -> None:
+                 min_triton_version: str | None = None, steps: Sequence[NodeStep] = (),
+                 metrics: ControlPlaneMetrics | None = None) -> None:
         """``min_triton_version``: nodes on an older Triton are logged, once per node and
         version; None: no floor. ``steps`` run on each node that answered, after its
         deployments."""
@@ -91,6 +95,7 @@ class Reconciler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.passes = 0
+        self.metrics = metrics or ControlPlaneMetrics()
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -119,27 +124,40 @@ class Reconciler:
                 if self.is_leader():
                     self.reconcile_once()
             except Exception:  # the loop outlives any one pass (a database outage, a bug)
+                self.metrics.reconcile_failures.inc()
                 log.exception("reconcile pass failed; trying again in %.0f s", self.interval_s)
 
     # -- one pass ------------------------------------------------------------------------------
 
     def reconcile_once(self) -> list[NodeReport]:
+        started = time.monotonic()
+        reports = self._reconcile_nodes()
+        self.passes += 1
+        self.metrics.reconcile_passes.inc()
+        self.metrics.reconcile_duration.observe(time.monotonic() - started)
+        for report in reports:
+            if report.skipped:
+                continue
+            self.metrics.node_reachable.labels(report.node).set(1 if report.reachable else 0)
+            if report.errors:
+                self.metrics.reconcile_errors.labels(report.node).inc(len(report.errors))
+        return reports
+
+    def _reconcile_nodes(self) -> list[NodeReport]:
         with transaction(self.session_factory) as session:
             node_ids = session.scalars(select(Deployment.node_id).distinct()).all()
         # Nodes side by side: a slow load on one (minutes for a large model) does not delay
         # noticing that another one died.
         with ThreadPoolExecutor(max_workers=max(1, min(8, len(node_ids))),
                                 thread_name_prefix="reconcile") as pool:
-            reports = list(pool.map(self.reconcile_node, sorted(node_ids)))
-        self.passes += 1
-        return reports
+            return list(pool.map(self.reconcile_node, sorted(node_ids)))
 
     def reconcile_node(self, node_id: int) -> NodeReport:
         lock = self.actuator.node_lock(node_id)
         # An operation acting on this node (a load can take minutes) must not hold up the other
         # nodes: this pass skips it, and the operation triggers a new pass when it ends.
         if not lock.acquire(blocking=False):
-            return NodeReport(node=f"#{node_id}", reachable=True,
+            return NodeReport(node=f"#{node_id}", reachable=True, skipped=True,
                               errors=["skipped: an operation is acting on the node"])
         try:
             return self._reconcile_locked(node_id)

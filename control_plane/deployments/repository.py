@@ -40,6 +40,12 @@ class DeploymentRepository:
         return self.session.scalar(select(func.count()).select_from(Deployment).where(
             Deployment.node_id == node_id)) or 0
 
+    def count_by_state(self) -> dict[str, int]:
+        """Deployments per state, the ones being removed included."""
+        rows = self.session.execute(select(Deployment.state, func.count())
+                                    .group_by(Deployment.state)).all()
+        return {str(state): count for state, count in rows}
+
     def on_node(self, node_id: int) -> Sequence[Deployment]:
         return self.session.scalars(select(Deployment).where(Deployment.node_id == node_id)
                                     .order_by(Deployment.id)).all()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.db import transaction, utcnow
 from control_plane.errors import ControlPlaneError
+from control_plane.metrics.registry import ControlPlaneMetrics
 from control_plane.operations import service
 
 log = logging.getLogger(__name__)
@@ -36,8 +38,10 @@ Work = Callable[[OperationContext], None]
 
 
 class OperationRunner:
-    def __init__(self, session_factory: sessionmaker[Session], max_workers: int = 4) -> None:
+    def __init__(self, session_factory: sessionmaker[Session], max_workers: int = 4,
+                 metrics: ControlPlaneMetrics | None = None) -> None:
         self._session_factory = session_factory
+        self.metrics = metrics or ControlPlaneMetrics()
         self._work: dict[str, Work] = {}
         self._stopping = threading.Event()
         self._executor = ThreadPoolExecutor(max_workers=max_workers,
@@ -63,6 +67,7 @@ class OperationRunner:
                     continue
                 first_attempt.set()
                 if interrupted:
+                    self.metrics.operations.labels("unknown", "interrupted").inc(interrupted)
                     log.warning("failed %d operation(s) a previous run left unfinished",
                                 interrupted)
                 return
@@ -87,24 +92,34 @@ class OperationRunner:
         self._executor.shutdown(wait=True, cancel_futures=True)
 
     def _run(self, operation_id: str) -> None:
+        kind, started = "unknown", time.monotonic()
         try:
             with transaction(self._session_factory) as session:
                 operation = service.get(session, operation_id)
                 if not service.mark_running(session, operation_id):
                     return  # already taken, finished or failed as interrupted
+                kind = operation.kind
                 work = self._work.get(operation.kind)
                 context = OperationContext(operation.id, operation.created_by,
                                            operation.request_id, dict(operation.arguments),
                                            self._session_factory)
+            started = time.monotonic()
             if work is None:
                 raise ControlPlaneError(f"no work is registered for operations of kind "
                                         f"'{operation.kind}'")
             work(context)
+            self._count(kind, "succeeded", started)
         except ControlPlaneError as exc:
             self._fail(operation_id, exc.message)
+            self._count(kind, "failed", started)
         except Exception as exc:  # the runner outlives any one operation
             log.exception("operation %s failed", operation_id)
             self._fail(operation_id, f"internal error: {type(exc).__name__}: {exc}")
+            self._count(kind, "failed", started)
+
+    def _count(self, kind: str, outcome: str, started: float) -> None:
+        self.metrics.operations.labels(kind, outcome).inc()
+        self.metrics.operation_duration.labels(kind, outcome).observe(time.monotonic() - started)
 
     def _fail(self, operation_id: str, error: str) -> None:
         try:

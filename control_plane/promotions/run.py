@@ -163,6 +163,7 @@ class PromotionRun:
                                 "failed_step": failed_step, "error": error})
             if self.driver.publish is not None:
                 self.driver.publish(session, f"promotion.{state.value}", body)
+        self.driver.runner.metrics.promotions.labels(state.value).inc()
         self.driver.after_commit()
 
     def _set_step(self, name: str, state: str, detail: str | None = None) -> None:
@@ -216,6 +217,9 @@ class PromotionRun:
             promotion = self._get(session)
             promotion.gate_results = [r for r in promotion.gate_results
                                       if r["phase"] != phase] + results
+        for result in results:
+            outcome = {True: "passed", False: "failed"}.get(result["passed"], "skipped")
+            self.driver.runner.metrics.gate_checks.labels(result["kind"], phase, outcome).inc()
 
     def _smoke(self, gates: Gates, phase: str, targets: Sequence[Target]
                ) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ from control_plane.deployments.orm import Deployment
 from control_plane.errors import PlacementRefused, PreconditionFailed
 from control_plane.gpus.readings import GpuInventory, InventoryUnavailable
 from control_plane.gpus.sources import InventorySpec
+from control_plane.metrics.registry import ControlPlaneMetrics
 from control_plane.nodes.orm import TritonNode
 from control_plane.placement.model import (
     Device,
@@ -77,9 +78,10 @@ def refusal_text(refusal: Refusal) -> str:
 class Placer:
     def __init__(self, session_factory: sessionmaker[Session], *, headroom_fraction: float,
                  strategy: Strategy,
-                 open_inventory: Callable[[InventorySpec, str], GpuInventory] | None = None
-                 ) -> None:
+                 open_inventory: Callable[[InventorySpec, str], GpuInventory] | None = None,
+                 metrics: ControlPlaneMetrics | None = None) -> None:
         self.session_factory = session_factory
+        self.metrics = metrics or ControlPlaneMetrics()
         self.headroom_fraction = headroom_fraction
         self.strategy = strategy
         self._open = open_inventory or (lambda spec, node: spec.open(node))
@@ -183,6 +185,8 @@ class Placer:
             decision = self.decide(session, version, [node], holder_of(deployment, number),
                                    views=views)
             if isinstance(decision.outcome, Refusal):
+                for rule in sorted({verdict.rule for verdict in decision.outcome.verdicts}):
+                    self.metrics.placement_refusals.labels(rule).inc()
                 raise PlacementRefused(refusal_text(decision.outcome), decision.outcome)
             placement = decision.outcome
             # One reservation per engine GPU, in the engines' order.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import CursorResult, delete, select, update
+from sqlalchemy import CursorResult, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from control_plane.deployments.orm import Deployment
@@ -27,6 +27,14 @@ class ReservationRepository:
         return self.session.scalars(
             select(GpuReservation).where(GpuReservation.node_id.in_(list(node_ids)))
             .order_by(GpuReservation.id)).all()
+
+    def booked_by_gpu(self) -> dict[tuple[str, str], int]:
+        """Bytes booked per (node name, GPU uuid), over every node."""
+        rows = self.session.execute(
+            select(TritonNode.name, GpuReservation.gpu_uuid, func.sum(GpuReservation.bytes))
+            .join(TritonNode, TritonNode.id == GpuReservation.node_id)
+            .group_by(TritonNode.name, GpuReservation.gpu_uuid)).all()
+        return {(node, uuid): int(total or 0) for node, uuid, total in rows}
 
     def of_deployment(self, deployment_id: int, version: int | None = None
                       ) -> Sequence[GpuReservation]:

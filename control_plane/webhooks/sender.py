@@ -26,6 +26,7 @@ import httpx
 from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.db import transaction, utcnow
+from control_plane.metrics.registry import ControlPlaneMetrics
 from control_plane.settings import Settings
 from control_plane.webhooks import message
 from control_plane.webhooks.backoff import RetryPolicy
@@ -61,8 +62,9 @@ class Outcome:
 class WebhookSender:
     def __init__(self, session_factory: sessionmaker[Session], policy: RetryPolicy, *,
                  poll_interval_s: float = 1.0, timeout_s: float = 10.0,
-                 batch_size: int = 8) -> None:
+                 batch_size: int = 8, metrics: ControlPlaneMetrics | None = None) -> None:
         self.session_factory = session_factory
+        self.metrics = metrics or ControlPlaneMetrics()
         self.policy = policy
         self.poll_interval_s = poll_interval_s
         self.timeout_s = timeout_s
@@ -75,13 +77,13 @@ class WebhookSender:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def from_settings(cls, session_factory: sessionmaker[Session], settings: Settings
-                      ) -> WebhookSender:
+    def from_settings(cls, session_factory: sessionmaker[Session], settings: Settings,
+                      metrics: ControlPlaneMetrics | None = None) -> WebhookSender:
         policy = RetryPolicy(max_attempts=settings.webhook_max_attempts,
                              base_s=settings.webhook_backoff_base_seconds,
                              max_s=settings.webhook_backoff_max_seconds)
         return cls(session_factory, policy, poll_interval_s=settings.webhook_poll_interval_seconds,
-                   timeout_s=settings.webhook_timeout_seconds)
+                   timeout_s=settings.webhook_timeout_seconds, metrics=metrics)
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -180,19 +182,22 @@ class WebhookSender:
                 repository = DeliveryRepository(session)
                 if outcome.error is None and outcome.status_code is not None:
                     repository.record_delivered(claim.delivery_id, outcome.status_code, now)
-                    return
-                last = self.policy.exhausted(attempts)
-                repository.record_failure(
-                    claim.delivery_id, claim.lease_until, attempts=attempts,
-                    status_code=outcome.status_code,
-                    error=(outcome.error or "")[:MAX_ERROR_LENGTH],
-                    next_attempt_at=None if last else
-                    now + timedelta(seconds=self.policy.delay(attempts)))
+                    recorded = "delivered"
+                else:
+                    last = self.policy.exhausted(attempts)
+                    recorded = "exhausted" if last else "retrying"
+                    repository.record_failure(
+                        claim.delivery_id, claim.lease_until, attempts=attempts,
+                        status_code=outcome.status_code,
+                        error=(outcome.error or "")[:MAX_ERROR_LENGTH],
+                        next_attempt_at=None if last else
+                        now + timedelta(seconds=self.policy.delay(attempts)))
         except Exception:
             # The lease runs out and the delivery is attempted again: at least once.
             log.exception("could not record the outcome of webhook delivery %s",
                           claim.delivery_id)
             return
+        self.metrics.webhook_deliveries.labels(recorded).inc()
         if outcome.error is not None:
             log.warning("webhook delivery %s to %s failed (attempt %d of %d): %s",
                         claim.delivery_id, claim.url, attempts, self.policy.max_attempts,

@@ -20,6 +20,7 @@ import httpx
 import pytest
 import yaml
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
 
 from control_plane.settings import Settings
@@ -189,6 +190,21 @@ def test_promotions_serve_good_versions_and_stop_bad_ones(
     actions = [e["action"] for e in audit["items"]]
     assert actions.count("promotion.start") == 4
     assert actions.count("promotion.succeeded") == 2 and actions.count("promotion.failed") == 2
+
+    # The same story on /metrics: promotions by outcome, each gate check by kind and result.
+    counted = {(s.name, tuple(sorted(s.labels.items()))): s.value for family in
+               text_string_to_metric_families(client.get("/metrics").text)
+               for s in family.samples}
+    assert counted[("llmcp_promotions_total", (("outcome", "succeeded"),))] == 2
+    assert counted[("llmcp_promotions_total", (("outcome", "failed"),))] == 2
+    gate_checks = {labels: count for (name, labels), count in counted.items()
+                   if name == "llmcp_promotion_gate_checks_total"}
+    assert gate_checks[(("kind", "smoke"), ("phase", "candidate"), ("result", "failed"))] == 1
+    assert gate_checks[(("kind", "compare"), ("phase", "candidate"), ("result", "failed"))] == 1
+    assert gate_checks[(("kind", "compare"), ("phase", "candidate"), ("result", "passed"))] == 1
+    assert gate_checks[(("kind", "compare"), ("phase", "candidate"), ("result", "skipped"))] == 1
+    assert counted[("llmcp_operations_total", (("kind", "deployment.apply"),
+                                               ("outcome", "failed")))] >= 1
 
 
 def _register(client: TestClient, headers: dict[str, str], compare: dict[str, Any]) -> int:

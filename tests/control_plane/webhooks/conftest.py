@@ -100,7 +100,7 @@ class Receiver:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server = _Server(("127.0.0.1", self.port), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def stop(self) -> None:
@@ -108,6 +108,12 @@ class Receiver:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+class _Server(ThreadingHTTPServer):
+    # The standard library listens with a backlog of 5: two senders posting a batch of 8 each at
+    # once overflow it and see connections reset, which a production receiver would not do.
+    request_queue_size = 128
 
 
 @pytest.fixture

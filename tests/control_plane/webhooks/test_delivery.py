@@ -34,6 +34,7 @@ def test_a_committed_event_reaches_its_subscribers_signed(
     event_id = publish(session_factory, "promotion.succeeded", {"model": "m", "version": 2})
 
     assert sender.send_due() == 1
+    assert sender.metrics.webhook_deliveries.labels("delivered")._value.get() == 1
 
     [got] = receiver.received
     [delivery] = deliveries(session_factory)
@@ -119,6 +120,10 @@ def test_a_delivery_fails_after_the_last_attempt(
     assert "answered HTTP 500" in (delivery.last_error or "")
     assert len(receiver.received) == FAST_POLICY.max_attempts
     assert sender.send_due() == 0
+    counted = sender.metrics.webhook_deliveries
+    assert counted.labels("retrying")._value.get() == FAST_POLICY.max_attempts - 1
+    assert counted.labels("exhausted")._value.get() == 1
+    assert counted.labels("delivered")._value.get() == 0
 
 
 def test_two_senders_on_one_database_send_each_delivery_once(

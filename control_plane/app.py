@@ -43,6 +43,8 @@ from control_plane.reservations.placer import Placer
 from control_plane.reservations.routes import router as placement_router
 from control_plane.routing.routes import router as routing_router
 from control_plane.settings import Settings
+from control_plane.stats.poller import NodeMetricsPoller
+from control_plane.stats.routes import router as stats_router
 from control_plane.tenants.routes import router as tenants_router
 from control_plane.triton import adapter_control, config_builder, node_control
 from control_plane.usage.routes import router as usage_router
@@ -93,6 +95,13 @@ def node_inventories(session_factory: sessionmaker[Session], placer: Placer
                 if (inventory := placer.inventory(node)) is not None}
 
 
+def node_metrics_urls(session_factory: sessionmaker[Session]) -> dict[str, str]:
+    """Every node that exports metrics, read again at each poll."""
+    with transaction(session_factory, read_only=True) as session:
+        return {node.name: node.metrics_url for node in NodeRepository(session).all()
+                if node.metrics_url}
+
+
 def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
     """Wire settings, database, routes and error handling; the schema comes from migrations."""
     settings = settings or Settings()
@@ -108,6 +117,9 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     gpu_monitor = GpuMonitor(lambda: node_inventories(session_factory, placer),
                              interval_s=settings.gpu_poll_interval_seconds,
                              history=settings.gpu_history)
+    stats_poller = NodeMetricsPoller(lambda: node_metrics_urls(session_factory),
+                                     interval_s=settings.stats_poll_interval_seconds,
+                                     keep_s=settings.stats_keep_seconds)
     monitor_users: list[None] = []
     webhook_sender = WebhookSender.from_settings(session_factory, settings, metrics)
     actuator = Actuator(session_factory, node_control.connect, config_builder.load_request,
@@ -146,6 +158,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         monitor_users.append(None)
         if len(monitor_users) == 1:
             gpu_monitor.start()
+            stats_poller.start()
             # One sender too; every replica runs its own, and leases on the deliveries keep two
             # senders from posting one at once.
             webhook_sender.start()
@@ -165,6 +178,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         monitor_users.pop()
         if not monitor_users:
             gpu_monitor.stop()
+            stats_poller.stop()
             webhook_sender.stop()
         promotion_driver.shutdown()
         runner.shutdown()
@@ -180,6 +194,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.state.reconciler = reconciler
     app.state.placer = placer
     app.state.gpu_monitor = gpu_monitor
+    app.state.stats_poller = stats_poller
     app.state.webhook_sender = webhook_sender
     app.state.elections = elections
     install_error_handlers(app)
@@ -215,4 +230,5 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.include_router(tenants_router, prefix="/api/v1")
     app.include_router(routing_router, prefix="/api/v1")
     app.include_router(usage_router, prefix="/api/v1")
+    app.include_router(stats_router, prefix="/api/v1")
     return app

@@ -43,6 +43,12 @@ class Settings(BaseSettings):
         default=5.0, gt=0, description="how often every node's GPUs are read")
     gpu_history: int = Field(default=120, ge=1, le=100_000,
                              description="readings kept per node (GET /nodes/{node}/gpus)")
+    stats_poll_interval_seconds: float = Field(
+        default=10.0, gt=0, description="how often every node's /metrics is read for "
+                                        "GET /models/{model}/stats")
+    stats_keep_seconds: float = Field(
+        default=3600.0, gt=0, le=86400, description="how long node metric readings are kept "
+                                                    "(the longest stats window)")
     promotion_step_timeout_seconds: float = Field(
         default=900.0, gt=0, description="how long one promotion step may wait for its loads")
     host: str = "127.0.0.1"

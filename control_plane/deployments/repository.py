@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, joinedload
 
 from control_plane.db import utcnow
 from control_plane.deployments.orm import Deployment, DeploymentState, NodeHealth, NodeStatus
@@ -31,6 +31,14 @@ class DeploymentRepository:
             conditions.append(Deployment.wanted.is_(True))
         return self.session.scalars(select(Deployment).where(*conditions)
                                     .order_by(Deployment.id)).all()
+
+    def of_model(self, model_id: int, alias: str | None = None) -> Sequence[Deployment]:
+        """The model's wanted deployments (of one alias, or all), with their nodes."""
+        conditions = [Deployment.model_id == model_id, Deployment.wanted.is_(True)]
+        if alias is not None:
+            conditions.append(Deployment.alias == alias)
+        return self.session.scalars(select(Deployment).options(joinedload(Deployment.node))
+                                    .where(*conditions).order_by(Deployment.id)).all()
 
     def count_of_model(self, model_id: int) -> int:
         return self.session.scalar(select(func.count()).select_from(Deployment).where(

@@ -21,6 +21,7 @@ from control_plane.llmctl.commands.models import models_app
 from control_plane.llmctl.commands.operations import operations_app
 from control_plane.llmctl.commands.promotions import promote, promotions_app, rollback
 from control_plane.llmctl.commands.schema import schema_app
+from control_plane.llmctl.commands.stats import stats
 from control_plane.llmctl.commands.tenants import tenants_app
 from control_plane.llmctl.commands.tokens import tokens_app
 from control_plane.llmctl.commands.versions import versions_app
@@ -50,6 +51,7 @@ app.command("promote")(promote)
 app.command("rollback")(rollback)
 app.add_typer(promotions_app, name="promotions")
 app.add_typer(operations_app, name="operations")
+app.command("stats")(stats)
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(schema_app, name="schema")

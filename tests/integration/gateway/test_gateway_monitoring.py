@@ -6,23 +6,31 @@ stack export after the other gateway tests' traffic."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import promql_parser
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from control_plane.triton.runtime import PROJECT_ROOT
-from tests.integration.gateway.conftest import Stack
+from tests.integration.gateway.conftest import MODEL, Stack
 
 MONITORING = PROJECT_ROOT / "monitoring"
 DASHBOARDS = sorted((MONITORING / "grafana").glob("*.json"))
 RULES = MONITORING / "prometheus" / "alerts.yml"
-# The series Prometheus writes for a family of each type, beside the samples seen.
-SERIES_OF_TYPE = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"),
-                  "summary": ("", "_sum", "_count"), "gauge": ("",), "unknown": ("",)}
+LLMCTL = Path(sys.executable).parent / "llmctl"
+# The series a declared family may have before its first sample (a counter with no refusal yet).
+SERIES_OF_TYPE = {"counter": ("", "_total"), "histogram": ("_bucket", "_sum", "_count"),
+                  "summary": ("", "_sum", "_count"), "gauge": ("",), "untyped": ("",)}
+TYPE_LINE = re.compile(r"^# TYPE (\S+) (\S+)")
+SAMPLE_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s")
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="')
 
 
 def selectors(expr: promql_parser.Expr) -> Iterator[promql_parser.VectorSelector]:
@@ -58,16 +66,24 @@ def queries() -> list[tuple[str, str]]:
 
 
 def exported(urls: list[str]) -> dict[str, set[str]]:
-    """Series name -> the label names its samples carry, over every scrape."""
+    """Series name -> the label names its samples carry, over every scrape, named as Prometheus
+    stores them: as each line writes them (prometheus_client's parser would add ``_total`` to
+    Triton's counters, which Prometheus does not)."""
     series: dict[str, set[str]] = {}
     for url in urls:
         response = httpx.get(url, timeout=10)
         response.raise_for_status()
-        for family in text_string_to_metric_families(response.text):
-            for suffix in SERIES_OF_TYPE.get(family.type, ("",)):
-                series.setdefault(family.name + suffix, set())
-            for sample in family.samples:
-                series.setdefault(sample.name, set()).update(sample.labels)
+        for line in response.text.splitlines():
+            declared = TYPE_LINE.match(line)
+            if declared:
+                name, kind = declared.groups()
+                for suffix in SERIES_OF_TYPE.get(kind, ("",)):
+                    series.setdefault(name + suffix, set())
+                continue
+            sample = SAMPLE_LINE.match(line)
+            if sample:
+                labels = set(LABEL.findall(sample.group(2) or ""))
+                series.setdefault(sample.group(1), set()).update(labels)
     return series
 
 
@@ -105,3 +121,45 @@ def test_every_metric_the_alerts_and_dashboards_read_exists_in_a_live_run(stack:
             if series[name] and not labels <= series[name]:
                 missing.append(f"{where}: {name} has no label {sorted(labels - series[name])}")
     assert not missing, "\n".join(missing)
+
+
+def test_stats_show_each_deployments_traffic_over_a_window(stack: Stack) -> None:
+    before = time.monotonic()
+    for _ in range(4):
+        answer = httpx.post(f"{stack.http}/v2/models/{MODEL}/generate", headers=stack.bearer(),
+                            json={"text_input": "The capital of France is",
+                                  "parameters": {"max_tokens": 8}}, timeout=120)
+        assert answer.status_code == 200, answer.text
+    time.sleep(2.5)  # a reading after the traffic (the stack's control plane reads every 1 s)
+    window = f"{int(time.monotonic() - before) + 30}s"
+    found = stack.admin.get(f"/api/v1/models/{MODEL}/stats",
+                            params={"alias": "production", "window": window})
+    assert found.status_code == 200, found.text
+    body = found.json()
+    assert {d["node"] for d in body["deployments"]} == set(stack.nodes)
+    assert all(d["stats"] is not None for d in body["deployments"]), body["deployments"]
+    total = body["total"]
+    # Rates over the window the readings span: 4 requests of 8 tokens, somewhere in it.
+    assert total["requests_per_second"] * total["seconds"] >= 3.5, total
+    assert total["generated_tokens_per_second"] * total["seconds"] >= 4 * 8 - 0.5, total
+    assert total["prompt_tokens_per_second"] > 0
+    assert 0 < total["time_to_first_token_seconds"]["p50"] <= \
+        total["time_to_first_token_seconds"]["p95"]
+    assert total["inter_token_latency_seconds"]["p50"] > 0
+    assert total["queue_time_seconds"]["p50"] is not None
+    assert set(total["waiting"]) >= {"1", "2", "3"}
+    assert list(body["by_version"]) == [str(stack.version)]
+
+    token = stack.control_plane.headers["Authorization"].split()[1]
+    shown = subprocess.run([str(LLMCTL), "--json", "stats", MODEL, "--window", window],
+                           env={**os.environ, "LLMCP_URL": stack.control_plane.url,
+                                "LLMCP_TOKEN": token},
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert shown.returncode == 0, shown.stderr
+    assert {d["node"] for d in json.loads(shown.stdout)["deployments"]} == set(stack.nodes)
+    table = subprocess.run([str(LLMCTL), "stats", MODEL, "--window", window],
+                           env={**os.environ, "LLMCP_URL": stack.control_plane.url,
+                                "LLMCP_TOKEN": token, "COLUMNS": "200"},
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert table.returncode == 0, table.stderr
+    assert "TTFT MS" in table.stdout and "(total)" in table.stdout, table.stdout

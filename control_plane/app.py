@@ -19,6 +19,8 @@ from control_plane.adapters.actuator import AdapterActuator
 from control_plane.adapters.reconciler import AdapterReconciler
 from control_plane.adapters.routes import router as adapters_router
 from control_plane.auth.routes import router as auth_router
+from control_plane.autoscaling.routes import router as autoscaling_router
+from control_plane.autoscaling.scaler import Autoscaler
 from control_plane.db import make_engine, make_session_factory, transaction
 from control_plane.deployments import service as deployments
 from control_plane.deployments import work as deployment_work
@@ -130,6 +132,11 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                             is_leader=lambda: bool(elections) and elections[-1].is_leader,
                             min_triton_version=settings.min_triton_version,
                             steps=[AdapterReconciler(adapter_actuator)], metrics=metrics)
+    autoscaler = Autoscaler(session_factory, runner, stats_poller,
+                            interval_s=settings.autoscale_interval_seconds,
+                            is_leader=lambda: bool(elections) and elections[-1].is_leader,
+                            metrics=metrics,
+                            keep_decisions_h=settings.autoscale_keep_decisions_hours)
     # After each deployment operation the reconciler looks again at once, whatever the outcome.
     runner.register(deployments.APPLY, deployment_work.make_apply(actuator, reconciler.trigger))
     runner.register(deployments.REMOVE, deployment_work.make_remove(actuator, reconciler.trigger))
@@ -170,10 +177,12 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                                             on_elected=reconciler.trigger,
                                             on_deposed=lambda: None))
             reconciler.start()
+            autoscaler.start()
             elections[-1].start()
         yield
         if settings.reconciler_enabled:
             elections[-1].stop()
+        autoscaler.stop()
         reconciler.stop()
         monitor_users.pop()
         if not monitor_users:
@@ -192,6 +201,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.state.operation_runner = runner
     app.state.promotion_driver = promotion_driver
     app.state.reconciler = reconciler
+    app.state.autoscaler = autoscaler
     app.state.placer = placer
     app.state.gpu_monitor = gpu_monitor
     app.state.stats_poller = stats_poller
@@ -231,4 +241,5 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.include_router(routing_router, prefix="/api/v1")
     app.include_router(usage_router, prefix="/api/v1")
     app.include_router(stats_router, prefix="/api/v1")
+    app.include_router(autoscaling_router, prefix="/api/v1")
     return app

@@ -20,6 +20,7 @@ ControlPlaneError (500)
 │   ├── AdapterNotFound
 │   ├── DeploymentIdNotFound
 │   ├── AdapterNotOnDeployment
+│   ├── ScalingPolicyNotFound
 │   └── TokenizerUnavailable: a version whose tokenizer files cannot be served (why)
 ├── Conflict (409)
 │   ├── ModelAlreadyExists
@@ -128,6 +129,12 @@ class TokenNotFound(NotFound):
 class DeploymentNotFound(NotFound):
     def __init__(self, model: str, alias: str, node: str) -> None:
         super().__init__(f"alias '{alias}' of model '{model}' is not deployed on node '{node}'")
+
+
+class ScalingPolicyNotFound(NotFound):
+    def __init__(self, model: str, alias: str) -> None:
+        super().__init__(f"alias '{alias}' of model '{model}' has no scaling policy; PUT one to "
+                         f"/api/v1/models/{model}/aliases/{alias}/scaling")
 
 
 class TenantNotFound(NotFound):

@@ -49,6 +49,10 @@ class Settings(BaseSettings):
     stats_keep_seconds: float = Field(
         default=3600.0, gt=0, le=86400, description="how long node metric readings are kept "
                                                     "(the longest stats window)")
+    autoscale_interval_seconds: float = Field(
+        default=15.0, gt=0, description="how often the autoscaler decides for every policy")
+    autoscale_keep_decisions_hours: float = Field(
+        default=24.0, gt=0, description="how long the autoscaler's decisions are kept")
     promotion_step_timeout_seconds: float = Field(
         default=900.0, gt=0, description="how long one promotion step may wait for its loads")
     host: str = "127.0.0.1"

@@ -50,6 +50,16 @@ class ControlPlaneMetrics:
         self.placement_refusals = Counter(
             "llmcp_placement_refusals", "Loads refused by placement, by each rule that failed on "
             "some GPU (one refusal can count under several rules)", ["rule"], registry=r)
+        self.autoscaler_decisions = Counter(
+            "llmcp_autoscaler_decisions", "Autoscaler decisions by model, alias and action "
+            "(scale_up, scale_down, hold); each one is recorded with its inputs and reason",
+            ["model", "alias", "action"], registry=r)
+        self.autoscaler_engines = Gauge(
+            "llmcp_autoscaler_engines", "Engines serving or loading the alias at the last "
+            "decision", ["model", "alias"], registry=r)
+        self.autoscaler_desired = Gauge(
+            "llmcp_autoscaler_desired_engines", "Engines the last decision asked for",
+            ["model", "alias"], registry=r)
         self.webhook_deliveries = Counter(
             "llmcp_webhook_deliveries", "Webhook delivery attempts, by outcome (delivered, "
             "retrying, exhausted: no attempt left)", ["outcome"], registry=r)

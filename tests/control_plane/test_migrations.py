@@ -17,7 +17,8 @@ TABLES = {"alias_moves", "api_tokens", "audit_events", "idempotency_keys", "mode
           "deployments", "gpu_reservations", "models", "model_versions", "node_status", "operations",
           "triton_nodes", "promotions", "webhook_subscriptions", "webhook_events",
           "webhook_deliveries", "tenants", "inference_api_keys", "adapters",
-          "deployment_adapters", "tenant_usage", "usage_reports"}
+          "deployment_adapters", "tenant_usage", "usage_reports", "scaling_policies",
+          "scaling_decisions"}
 
 
 def _tables(url: str) -> set[str]:

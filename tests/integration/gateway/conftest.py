@@ -78,8 +78,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         nodes = next(nodes_iter)
         control_plane = ControlPlane(tmp_path_factory.mktemp("gateway-cp"),
                                      log_name="test-gateway-control-plane")
-        # The stats test reads a window of a few seconds.
+        # The stats test reads a window of a few seconds; the autoscaling test decides each second.
         control_plane.env["LLMCP_STATS_POLL_INTERVAL_SECONDS"] = "1"
+        control_plane.env["LLMCP_AUTOSCALE_INTERVAL_SECONDS"] = "1"
         gateway = None
         try:
             admin = control_plane.start()

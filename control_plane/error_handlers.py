@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +14,8 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.exceptions import HTTPException
 
 from control_plane.errors import ControlPlaneError, DatabaseUnavailable
+
+log = logging.getLogger(__name__)
 
 
 class ErrorBody(BaseModel):
@@ -66,3 +69,16 @@ def install_error_handlers(app: FastAPI) -> None:
             return _error(422, "InvalidRequest", f"body: cannot be read as JSON ({cause}); send "
                                                  "a UTF-8 encoded JSON object")
         return _error(exc.status_code, "HTTPError", str(exc.detail), exc.headers)
+
+    @app.exception_handler(Exception)
+    async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+        # A bug, not a user's mistake: the documented shape and the request id to find the
+        # traceback by, never the exception's text (it may carry SQL or internal state).
+        request_id = getattr(request.state, "request_id", None) or "-"
+        log.error("unexpected error in %s %s (request id %s)", request.method, request.url.path,
+                  request_id, exc_info=exc)
+        return _error(500, "InternalError",
+                      f"the control plane failed on this request (request id {request_id}); "
+                      "nothing you sent was wrong: retry, and report the request id if it "
+                      "happens again (the control plane's log has the traceback)",
+                      {"X-Request-ID": request_id})

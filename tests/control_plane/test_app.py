@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi import Request
+from fastapi import FastAPI, Request
 from fastapi.testclient import TestClient
 from starlette.types import Message, Receive, Scope, Send
 
@@ -97,3 +97,19 @@ def test_database_down_gives_503_with_a_clear_message(url: str, tmp_path: Path) 
         assert body["error"] == "DatabaseUnavailable"
         assert body["detail"].startswith("the database is unavailable (")
         assert "nothing was changed" in body["detail"]
+
+
+def test_an_unexpected_error_answers_the_documented_shape_with_the_request_id(
+        app: FastAPI, caplog: pytest.LogCaptureFixture) -> None:
+    def broken() -> None:
+        raise RuntimeError("secret internal state")
+
+    app.add_api_route("/broken-for-this-test", broken)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        answer = client.get("/broken-for-this-test", headers={"X-Request-ID": "req-42"})
+    assert answer.status_code == 500
+    body = answer.json()
+    assert body["error"] == "InternalError" and "request id req-42" in body["detail"]
+    assert "secret internal state" not in answer.text
+    assert answer.headers["X-Request-ID"] == "req-42"
+    assert any("req-42" in r.getMessage() and r.exc_info for r in caplog.records)

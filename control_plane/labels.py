@@ -1,11 +1,11 @@
-"""Request parameters shared by every resource router: the label filter, If-Match and free text."""
+"""Labels and free text: the patterns schemas check them with, and the label filter's parser.
+
+FastAPI's parameter types for them live in ``api_params`` (the API layer), so schemas and
+services that use these import no web framework."""
 
 from __future__ import annotations
 
 import re
-from typing import Annotated
-
-from fastapi import Header, Query
 
 from control_plane.errors import InvalidRequest
 
@@ -15,12 +15,6 @@ NO_NUL_PATTERN = r"^[^\x00]*$"
 # Label keys are also JSON paths in the label filter; a small alphabet keeps that path literal.
 LABEL_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$"
 _LABEL_KEY = re.compile(LABEL_KEY_PATTERN)
-
-TextFilter = Annotated[str | None, Query(pattern=NO_NUL_PATTERN)]
-LabelFilter = Annotated[list[str], Query(
-    alias="label", description="key=value; repeat to require several labels")]
-IfMatch = Annotated[str | None, Header(
-    description="the ETag last read; a stale one gets 412 instead of overwriting a newer change")]
 
 
 def parse_label_filter(pairs: list[str]) -> dict[str, str]:

@@ -19,11 +19,11 @@ from control_plane.adapters.schemas import (
     DeploymentAdapterOut,
     DeploymentAdapterStarted,
 )
+from control_plane.api_params import IfMatch
 from control_plane.auth.dependencies import Reader, Writer
 from control_plane.dependencies import AppSettings, DbSession
 from control_plane.error_handlers import error_responses
 from control_plane.idempotency.http import IdempotencyKeyHeader, respond_once
-from control_plane.labels import IfMatch
 from control_plane.operations.dependencies import Runner
 from control_plane.operations.orm import Operation
 from control_plane.operations.schemas import OperationOut

@@ -10,13 +10,13 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Response, status
 from pydantic import AfterValidator, AwareDatetime, BeforeValidator
 
+from control_plane.api_params import TextFilter
 from control_plane.auth import audit, tokens
 from control_plane.auth.dependencies import Admin
 from control_plane.auth.repository import AuditFilter
 from control_plane.auth.schemas import AuditEventOut, TokenCreate, TokenCreated, TokenOut
 from control_plane.dependencies import DbSession
 from control_plane.error_handlers import error_responses
-from control_plane.labels import TextFilter
 from control_plane.pagination import Limit, Offset, Page
 
 router = APIRouter(tags=["auth"], responses=error_responses(401, 403, 422, 503))

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response, status
 
+from control_plane.api_params import IfMatch
 from control_plane.auth.dependencies import Reader, Writer
 from control_plane.autoscaling import service
 from control_plane.autoscaling.schemas import (
@@ -16,7 +17,6 @@ from control_plane.autoscaling.schemas import (
 )
 from control_plane.dependencies import DbSession
 from control_plane.error_handlers import error_responses
-from control_plane.labels import IfMatch
 from control_plane.pagination import MAX_OFFSET, Limit, Offset, Page
 
 router = APIRouter(tags=["autoscaling"], responses=error_responses(401, 403, 422, 503))

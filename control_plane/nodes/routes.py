@@ -8,12 +8,13 @@ from fastapi import APIRouter, Request, Response, status
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
+from control_plane.api_params import IfMatch, LabelFilter
 from control_plane.auth.dependencies import Reader, Writer
 from control_plane.dependencies import AppSettings, DbSession
 from control_plane.deployments import service as deployments
 from control_plane.error_handlers import error_responses
 from control_plane.idempotency.http import IdempotencyKeyHeader, respond_once
-from control_plane.labels import IfMatch, LabelFilter, parse_label_filter
+from control_plane.labels import parse_label_filter
 from control_plane.nodes import service
 from control_plane.nodes.orm import TritonNode
 from control_plane.nodes.schemas import NodeCreate, NodeName, NodeOut, NodeUpdate

@@ -6,10 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
+from control_plane.api_params import TextFilter
 from control_plane.auth.dependencies import Reader
 from control_plane.dependencies import DbSession
 from control_plane.error_handlers import error_responses
-from control_plane.labels import TextFilter
 from control_plane.operations import service
 from control_plane.operations.orm import OperationStatus
 from control_plane.operations.repository import OperationFilter

@@ -7,11 +7,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response, status
 from fastapi.responses import JSONResponse
 
+from control_plane.api_params import IfMatch, LabelFilter
 from control_plane.auth.dependencies import Reader, WaitingReader, Writer
 from control_plane.dependencies import AppSettings, DbSession
 from control_plane.error_handlers import error_responses
 from control_plane.idempotency.http import IdempotencyKeyHeader, respond_once
-from control_plane.labels import IfMatch, LabelFilter, parse_label_filter
+from control_plane.labels import parse_label_filter
 from control_plane.lifecycle import alias_moves
 from control_plane.lifecycle.alias_moves import AliasMoved, SwapStarted
 from control_plane.operations.dependencies import Runner

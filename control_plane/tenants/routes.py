@@ -7,10 +7,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response, status
 
+from control_plane.api_params import IfMatch
 from control_plane.auth.dependencies import Admin, Reader
 from control_plane.dependencies import DbSession
 from control_plane.error_handlers import error_responses
-from control_plane.labels import IfMatch
 from control_plane.pagination import MAX_OFFSET, Limit, Offset, Page
 from control_plane.tenants import service
 from control_plane.tenants.orm import Tenant

@@ -1,17 +1,21 @@
 """The GPUs of the machine the control plane runs on, read through NVML (nvidia-ml-py).
 
 ``pynvml`` is imported on the first snapshot, not at import time, so the control plane imports and
-runs on machines without it (they use the Triton-metrics or static inventories instead).
+runs on machines without it (they use the Triton-metrics or static inventories instead). A GPU
+NVML can read is OK unless its fault signals (nvml_health) report a fault: then it is UNHEALTHY.
 """
 
 from __future__ import annotations
 
 import importlib
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import replace
 from types import ModuleType
 from typing import Any
 
+from control_plane.gpus.nvml_health import XidWatch, gpu_faults, nvml_text
 from control_plane.gpus.readings import GpuHealth, GpuReading, InventoryUnavailable
 
 _CHECK = ("check that the NVIDIA driver is installed and loaded (`nvidia-smi` works on the host) "
@@ -32,10 +36,12 @@ _INIT_HINTS = {
 class NvmlInventory:
     """This machine's GPUs through NVML, which stays initialized between snapshots."""
 
-    def __init__(self, nvml: ModuleType | None = None) -> None:
+    def __init__(self, nvml: ModuleType | None = None, xid_hold_seconds: float = 3600.0,
+                 clock: Callable[[], float] = time.time) -> None:
         # A module given here is used as is (tests pass a stand-in); None means `import pynvml`.
         self._nvml = nvml
         self._initialized = False
+        self._xids = XidWatch(xid_hold_seconds, clock)
         # NVML calls are thread-safe, but init/shutdown bookkeeping is ours to guard.
         self._lock = threading.Lock()
 
@@ -51,7 +57,12 @@ class NvmlInventory:
                 self._shutdown(nvml)
                 raise InventoryUnavailable(
                     f"NVML could not count the GPUs: {_describe(error)}; {_CHECK}") from error
-            return [_read_gpu(nvml, index) for index in range(count)]
+            readings = [_read_gpu(nvml, index, self._xids) for index in range(count)]
+            # Drained after the reads, so that every Xid up to now counts, even on a GPU that
+            # was registered for events just now.
+            self._xids.drain(nvml)
+            return [_with_faults(reading, self._xids.faults(reading.uuid, reading.index))
+                    for reading in readings]
 
     def _started(self) -> Any:
         nvml = self._module()
@@ -64,6 +75,7 @@ class NvmlInventory:
                     f"NVML did not start: {_describe(error)}"
                     f"{f' ({hint})' if hint else ''}; {_CHECK}") from error
             self._initialized = True
+            self._xids.open(nvml)
         return nvml
 
     def _module(self) -> ModuleType:
@@ -79,6 +91,7 @@ class NvmlInventory:
 
     def _shutdown(self, nvml: Any) -> None:
         self._initialized = False
+        self._xids.close(nvml)
         try:
             nvml.nvmlShutdown()
         except nvml.NVMLError:
@@ -90,24 +103,36 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__} ({error})"
 
 
-def _read_gpu(nvml: Any, index: int) -> GpuReading:
+def _read_gpu(nvml: Any, index: int, xids: XidWatch) -> GpuReading:
     uuid = name = ""
     try:
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-        name = _text(nvml.nvmlDeviceGetName(handle))
+        uuid = nvml_text(nvml.nvmlDeviceGetUUID(handle))
+        name = nvml_text(nvml.nvmlDeviceGetName(handle))
         memory = nvml.nvmlDeviceGetMemoryInfo(handle)
         utilization = _optional(nvml, lambda: nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
         temperature = _optional(
             nvml, lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
+        faults = gpu_faults(nvml, handle, index)
+        xids.watch(nvml, handle, uuid)
     except nvml.NVMLError as error:
         # Unreadable memory is "unknown", never "0 free": placement must skip the GPU, not fill it.
         return GpuReading(index=index, uuid=uuid, name=name, memory_total_bytes=None,
                           memory_used_bytes=None, memory_free_bytes=None, health=GpuHealth.LOST,
                           detail=_lost_detail(nvml, error, index))
-    return GpuReading(index=index, uuid=uuid, name=name, memory_total_bytes=int(memory.total),
-                      memory_used_bytes=int(memory.used), memory_free_bytes=int(memory.free),
-                      utilization_percent=utilization, temperature_c=temperature)
+    return _with_faults(
+        GpuReading(index=index, uuid=uuid, name=name, memory_total_bytes=int(memory.total),
+                   memory_used_bytes=int(memory.used), memory_free_bytes=int(memory.free),
+                   utilization_percent=utilization, temperature_c=temperature), faults)
+
+
+def _with_faults(reading: GpuReading, faults: list[str]) -> GpuReading:
+    """The reading UNHEALTHY with its faults named, unless it has none; a LOST one stays LOST."""
+    if not faults:
+        return reading
+    return replace(reading,
+                   health=GpuHealth.UNHEALTHY if reading.health is GpuHealth.OK else reading.health,
+                   detail="; ".join([reading.detail, *faults] if reading.detail else faults))
 
 
 def _optional(nvml: Any, read: Callable[[], Any]) -> float | None:
@@ -125,8 +150,3 @@ def _lost_detail(nvml: Any, error: BaseException, index: int) -> str:
         return (f"NVML reports the GPU lost: {_describe(error)}; it has fallen off the bus or "
                 f"needs a reset: check `nvidia-smi -i {index}` and the kernel log for Xid errors")
     return (f"NVML could not read the GPU: {_describe(error)}; check `nvidia-smi -i {index}`")
-
-
-def _text(value: str | bytes) -> str:
-    # Older nvidia-ml-py releases return UUIDs and names as bytes.
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value

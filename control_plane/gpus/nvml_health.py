@@ -69,9 +69,8 @@ def gpu_faults(nvml: Any, handle: Any, index: int) -> list[str]:
         if remap_pending:
             faults.append(f"row remapping pending: rows with ECC errors are remapped only when "
                           f"the GPU is reset, {reset}")
-    reasons = _supported(nvml, lambda: _clock_event_reasons(nvml, handle))
-    slowdowns = [name for bit, name in _SLOWDOWN_BITS
-                 if reasons is not None and reasons & getattr(nvml, bit)]
+    reasons = _supported(nvml, lambda: _clock_event_reasons(nvml, handle)) or 0
+    slowdowns = [name for bit, name in _SLOWDOWN_BITS if reasons & getattr(nvml, bit)]
     if slowdowns:
         faults.append(f"clocks slowed by {', '.join(slowdowns)}: the GPU is protecting itself "
                       f"from heat or a power fault, check its cooling and power supply "
@@ -160,7 +159,7 @@ class XidWatch:
             if xid not in HARDWARE_XIDS:
                 continue
             try:
-                uuid = _text(nvml.nvmlDeviceGetUUID(event.device))
+                uuid = nvml_text(nvml.nvmlDeviceGetUUID(event.device))
             except nvml.NVMLError:
                 continue  # the GPU is unreadable, so its reading is LOST, which placement skips
             self._seen.setdefault(uuid, {})[xid] = now
@@ -176,15 +175,15 @@ class XidWatch:
         seen = ", ".join(f"Xid {xid} ({HARDWARE_XIDS[xid]}) at {_utc(at)}"
                          for xid, at in sorted(xids.items()))
         until = _utc(max(xids.values()) + self._hold_seconds)
-        return [f"hardware {seen}, unhealthy until {until}: drain the GPU, read the kernel log "
-                f"(`dmesg | grep -i xid`), reset it (`nvidia-smi -r -i {index}` with nothing "
-                f"running on it), and replace it if the Xids recur"]
+        return [(f"hardware {seen}, unhealthy until {until}: drain the GPU, read the kernel log "
+                 f"(`dmesg | grep -i xid`), reset it (`nvidia-smi -r -i {index}` with nothing "
+                 f"running on it), and replace it if the Xids recur")]
 
 
 def _utc(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _text(value: str | bytes) -> str:
-    # Older nvidia-ml-py releases return UUIDs as bytes.
+def nvml_text(value: str | bytes) -> str:
+    """A UUID or name as str: older nvidia-ml-py releases return them as bytes."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value

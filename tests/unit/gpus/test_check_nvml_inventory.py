@@ -6,11 +6,15 @@ import importlib.util
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
+import pynvml
 import pytest
+from nvml_standin import NvmlStandin, StandinGpu
 
+from control_plane.gpus.nvml import NvmlInventory
 from control_plane.gpus.readings import MIB, GpuHealth, GpuReading
 
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "check_nvml_inventory.py"
@@ -124,3 +128,113 @@ def test_the_script_without_nvidia_smi_exits_2_saying_there_is_no_gpu():
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2, done.stderr
     assert "no GPU here: nvidia-smi is not on PATH" in done.stderr
+
+
+# nvidia-smi --query-gpu=index,ecc.errors.uncorrected.volatile.total,retired_pages.pending,
+# clocks_event_reasons.hw_slowdown,...hw_thermal_slowdown,...hw_power_brake_slowdown
+# --format=csv,noheader,nounits: GPU 1 is an H100 (no page retirement) in thermal slowdown.
+SMI_HEALTH_CLEAN = """\
+0, 0, No, Not Active, Not Active, Not Active
+1, 0, [N/A], Not Active, Not Active, Not Active
+"""
+SMI_HEALTH_FAULTY = """\
+0, 3, Yes, Not Active, Not Active, Not Active
+1, 0, [N/A], Active, Active, Not Active
+"""
+
+
+def nvml_readings(gpu0: dict | None = None, gpu1: dict | None = None) -> list[GpuReading]:
+    """What NvmlInventory reads from GPUs matching SMI_TWO_GPUS, with these StandinGpu fields
+    set, so that the details compared are NvmlInventory's own."""
+    gpus = [StandinGpu(UUID0, H100, total=TOTAL, used=(3600 + 537) * MIB, **(gpu0 or {})),
+            StandinGpu(UUID1, H100, total=TOTAL, used=537 * MIB, **(gpu1 or {}))]
+    return NvmlInventory(NvmlStandin(gpus)).snapshot()
+
+
+THERMAL = (pynvml.nvmlClocksThrottleReasonHwSlowdown
+           | pynvml.nvmlClocksThrottleReasonHwThermalSlowdown)
+
+
+def test_nvidia_smi_health_csv_is_parsed_with_not_available_values_as_none():
+    first, second = check.parse_smi_health_csv(SMI_HEALTH_FAULTY)
+    assert first == check.SmiHealth(index=0, ecc_uncorrected=3, retired_pages_pending=True,
+                                    hw_slowdown=False, hw_thermal_slowdown=False,
+                                    hw_power_brake_slowdown=False)
+    assert second == check.SmiHealth(index=1, ecc_uncorrected=0, retired_pages_pending=None,
+                                     hw_slowdown=True, hw_thermal_slowdown=True,
+                                     hw_power_brake_slowdown=False)
+    (unsupported,) = check.parse_smi_health_csv("2, [N/A], [N/A], [N/A], [N/A], [Not Supported]")
+    assert unsupported.ecc_uncorrected is None and unsupported.hw_power_brake_slowdown is None
+
+
+@pytest.mark.parametrize(("line", "complaint"), [
+    ("0, 0, No, Maybe, Not Active, Not Active", "'Maybe' is none of Active"),
+    ("0, lots, No, Not Active, Not Active, Not Active", "invalid literal"),
+    ("0, 0, No, Not Active", "has 4 fields, expected 6"),
+])
+def test_an_unreadable_health_line_is_a_value_error_quoting_it(line, complaint):
+    with pytest.raises(ValueError, match=f"nvidia-smi line '{line}'.*{complaint}"):
+        check.parse_smi_health_csv(line)
+
+
+def test_healthy_gpus_agree_and_the_health_table_shows_both_views():
+    comparisons = check.compare(check.parse_smi_csv(SMI_TWO_GPUS), nvml_readings(),
+                                check.parse_smi_health_csv(SMI_HEALTH_CLEAN))
+    assert [item.mismatches for item in comparisons] == [(), ()]
+    lines = check.format_health(comparisons).splitlines()
+    assert lines[0].startswith("idx  nvidia-smi: ECC / pending pages / slowdown")
+    assert lines[1].split() == ["0", "0", "/", "no", "/", "no", "/", "no", "/", "no", "ok"]
+    assert lines[2].split()[:4] == ["1", "0", "/", "n/a"]
+
+
+def test_faults_nvidia_smi_shows_and_nvml_does_not_name_are_mismatches():
+    first, second = check.compare(check.parse_smi_csv(SMI_TWO_GPUS), nvml_readings(),
+                                  check.parse_smi_health_csv(SMI_HEALTH_FAULTY))
+    assert first.mismatches == (
+        ("health: nvidia-smi shows uncorrectable ECC errors (3), NVML does not name it "
+         "(health ok)"),
+        ("health: nvidia-smi shows retired pages pending (yes), NVML does not name it "
+         "(health ok)"))
+    assert second.mismatches == (
+        "health: nvidia-smi shows hardware slowdown (yes), NVML does not name it (health ok)",
+        ("health: nvidia-smi shows hardware thermal slowdown (yes), NVML does not name it "
+         "(health ok)"))
+    assert "MISMATCH" in check.format_table([first, second])
+
+
+def test_faults_both_sides_see_agree_and_unhealthy_gpus_still_compare_memory():
+    readings = nvml_readings(gpu0={"ecc_uncorrected": 3, "retired_pages_pending": True},
+                             gpu1={"clock_event_reasons": THERMAL})
+    comparisons = check.compare(check.parse_smi_csv(SMI_TWO_GPUS), readings,
+                                check.parse_smi_health_csv(SMI_HEALTH_FAULTY))
+    assert [item.mismatches for item in comparisons] == [(), ()]
+    table = check.format_health(comparisons)
+    assert "3 / yes / no / no / no" in table
+    assert "unhealthy: uncorrectable ECC errors: 3 since the driver loaded" in table
+    moved = [replace(readings[0], memory_used_bytes=readings[0].memory_used_bytes + 4096 * MIB),
+             readings[1]]
+    (first, _) = check.compare(check.parse_smi_csv(SMI_TWO_GPUS), moved,
+                               check.parse_smi_health_csv(SMI_HEALTH_FAULTY))
+    assert first.mismatches[0].startswith("memory.used: nvidia-smi 3600 MiB")
+
+
+def test_ecc_and_retired_pages_nvml_names_but_nvidia_smi_does_not_show_are_mismatches():
+    readings = nvml_readings(gpu0={"ecc_uncorrected": 1, "retired_pages_pending": True},
+                             gpu1={"ecc_uncorrected": 2, "retired_pages_pending": True,
+                                   "clock_event_reasons": THERMAL})
+    first, second = check.compare(check.parse_smi_csv(SMI_TWO_GPUS), readings,
+                                  check.parse_smi_health_csv(SMI_HEALTH_CLEAN))
+    assert first.mismatches == (
+        "health: NVML names uncorrectable ECC errors, nvidia-smi shows none (0)",
+        "health: NVML names retired pages pending, nvidia-smi shows none (no)")
+    # nvidia-smi cannot show GPU 1's retired pages ([N/A]), and a slowdown may end between reads.
+    assert second.mismatches == (
+        "health: NVML names uncorrectable ECC errors, nvidia-smi shows none (0)",)
+
+
+def test_faults_only_nvml_reads_are_not_compared():
+    readings = nvml_readings(gpu0={"remapped_rows": (0, 1, 1, 0), "xids": [79]})
+    comparisons = check.compare(check.parse_smi_csv(SMI_TWO_GPUS), readings,
+                                check.parse_smi_health_csv(SMI_HEALTH_CLEAN))
+    assert readings[0].health is GpuHealth.UNHEALTHY
+    assert [item.mismatches for item in comparisons] == [(), ()]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import threading
 import time
-from typing import Any
+from typing import Any, Self
 
 from bench.common import (
     PROMPTS,
@@ -56,7 +56,7 @@ class LowPriorityLoad:
                          for i in range(streams)]
         self.completed = 0
 
-    def __enter__(self) -> LowPriorityLoad:
+    def __enter__(self) -> Self:
         for thread in self._threads:
             thread.start()
         return self

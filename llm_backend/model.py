@@ -12,38 +12,38 @@ import locale
 # inductor templates) then fails with UnicodeDecodeError; set it before anything imports torch.
 locale.setlocale(locale.LC_CTYPE, "C.UTF-8")
 
-import json  # noqa: E402
-import logging  # noqa: E402
-import os  # noqa: E402
-import shutil  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-from dataclasses import replace  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
-import triton_python_backend_utils as pb_utils  # noqa: E402
+import triton_python_backend_utils as pb_utils
 
-from llm_backend.adapter_control import (  # noqa: E402
+from llm_backend.adapter_control import (
     REPOSITORY_KEY_ENV,
     ControlKey,
     is_control_request,
     parse_control,
 )
-from llm_backend.admission import Admission  # noqa: E402
-from llm_backend.devices import engine_device_environment  # noqa: E402
-from llm_backend.engine import EngineHost, GenerationJob  # noqa: E402
-from llm_backend.errors import BackendError, InvalidRequest, Unavailable  # noqa: E402
-from llm_backend.gateway_trust import GATEWAY_SECRET_ENV, GatewayTrust  # noqa: E402
-from llm_backend.request import parse_parameters_json, parse_request  # noqa: E402
-from llm_backend.scheduler import AdmissionScheduler, QueuePolicy, QueueRejected  # noqa: E402
-from llm_backend.settings import SettingsError, load_settings  # noqa: E402
-from llm_backend.stock_metrics import StockMetricsFactory  # noqa: E402
-from llm_backend.token_bytes import TokenBytes, UnboundedTokens, max_token_bytes  # noqa: E402
-from llm_backend.triton_io import TritonResponseSink, read_raw_request  # noqa: E402
-from llm_backend.triton_metrics import TritonBackendMetrics  # noqa: E402
+from llm_backend.admission import Admission
+from llm_backend.devices import engine_device_environment
+from llm_backend.engine import EngineHost, GenerationJob
+from llm_backend.errors import BackendError, InvalidRequest, Unavailable
+from llm_backend.gateway_trust import GATEWAY_SECRET_ENV, GatewayTrust
+from llm_backend.request import parse_parameters_json, parse_request
+from llm_backend.scheduler import AdmissionScheduler, QueuePolicy, QueueRejected
+from llm_backend.settings import SettingsError, load_settings
+from llm_backend.stock_metrics import StockMetricsFactory
+from llm_backend.token_bytes import TokenBytes, UnboundedTokens, max_token_bytes
+from llm_backend.triton_io import TritonResponseSink, read_raw_request
+from llm_backend.triton_metrics import TritonBackendMetrics
 
 log = logging.getLogger("llm_backend")
 # Without back-pressure (the FCFS baseline), every request goes straight to the engine.

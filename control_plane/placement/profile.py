@@ -36,7 +36,7 @@ def profile_model_dir(path: Path) -> ModelProfile:
     config = _read_json(config_path)
     if not isinstance(config, dict):
         # The file's content is wrong, not an argument's type: ValueError like all bad input here.
-        raise ValueError(  # noqa: TRY004
+        raise ValueError(
             f"{config_path}: expected a JSON object, got {type(config).__name__}")
     # Multimodal configs (Llava, Gemma 3, Mistral 3) nest the language model under text_config.
     nested = config.get("text_config")
@@ -81,7 +81,7 @@ def safetensors_header(file: Path) -> dict[str, Any]:
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{file}: header is not JSON: {error}") from error
     if not isinstance(header, dict):
-        raise ValueError(  # noqa: TRY004 - the file's content, see profile_model_dir
+        raise ValueError(
             f"{file}: header is a JSON {type(header).__name__}, not an object")
     return header
 

@@ -113,7 +113,8 @@ def _drop_300(served) -> None:
                          ("llm_engine_requests", {"state": "waiting"})]:
         # Each waiting request's cancellation is one call into Triton (is_cancelled); on a
         # loaded 2-core machine the sweep gets through ~2-3 a second, so 256 take up to ~2 min.
-        assert wait_until(lambda: metric(served, name, **labels) == 0, FREED_WITHIN_S), \
+        assert wait_until(lambda name=name, labels=labels: metric(served, name, **labels) == 0,
+                          FREED_WITHIN_S), \
             (name, labels)
     generated = metric(served, "llm_generation_tokens_total")
     time.sleep(1.0)

@@ -121,20 +121,20 @@ _PREFETCH = "turns off Triton's payload prefetching (requests then stall ~500 ms
     ({"instanceGroup": [{"kind": "KIND_GPU"}]},
      "'instance_group' cannot be overridden: placement assigns instance groups"),
     ({"sequence_batching": {}},
-     "'sequence_batching' cannot be overridden: an LLM version uses Triton's dynamic batcher, "
-     "and the backend's own queue orders requests by priority level"),
+     ("'sequence_batching' cannot be overridden: an LLM version uses Triton's dynamic batcher, "
+     "and the backend's own queue orders requests by priority level")),
     ({"dynamic_batching": {"priority_levels": 5}},
-     f"'dynamic_batching.priority_levels' {_PREFETCH}: set serving.priority_levels instead, "
-     "which the backend's queue enforces"),
+     (f"'dynamic_batching.priority_levels' {_PREFETCH}: set serving.priority_levels instead, "
+     "which the backend's queue enforces")),
     ({"dynamic_batching": {"default_priority_level": 1}},
-     f"'dynamic_batching.default_priority_level' {_PREFETCH}: set "
-     "serving.default_priority_level instead"),
+     (f"'dynamic_batching.default_priority_level' {_PREFETCH}: set "
+     "serving.default_priority_level instead")),
     ({"dynamic_batching": {"default_queue_policy": {"max_queue_size": 8}}},
-     f"'dynamic_batching.default_queue_policy' {_PREFETCH}: set serving.default_queue_policy "
-     "instead"),
+     (f"'dynamic_batching.default_queue_policy' {_PREFETCH}: set serving.default_queue_policy "
+     "instead")),
     ({"dynamic_batching": {"priorityQueuePolicy": {"1": {"max_queue_size": 8}}}},
-     f"'dynamic_batching.priority_queue_policy' {_PREFETCH}: set "
-     "serving.priority_queue_policies instead"),
+     (f"'dynamic_batching.priority_queue_policy' {_PREFETCH}: set "
+     "serving.priority_queue_policies instead")),
     ({"parameters": {"reserved_urgent_slots": {"string_value": "0"}}},
      "'parameters.reserved_urgent_slots' is set through serving.reserved_urgent_slots"),
     ({"parameters": {"priority_levels": {"string_value": "2"}}},

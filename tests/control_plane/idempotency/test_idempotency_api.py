@@ -13,7 +13,6 @@ from sqlalchemy.orm import Session, sessionmaker
 from control_plane.db import transaction, utcnow
 from control_plane.idempotency.orm import IdempotencyKey
 from control_plane.idempotency.service import KEY_LIFETIME
-
 from tests.control_plane.conftest import parallel
 
 VERSIONS = "/api/v1/models/m/versions"

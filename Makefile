@@ -1,7 +1,7 @@
 # Two commands do all the set-up (each installs what is missing first, then reuses it):
 #   make serve   the gateway + control plane + tritonserver with the demo LLM through our vLLM backend
 #   make test    the whole test suite (what CI runs)
-.PHONY: setup serve test unit-test bench bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement bench-burst bench-promotion bench-gateway bench-limits bench-fairness
+.PHONY: setup serve test lint unit-test bench bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement bench-burst bench-promotion bench-gateway bench-limits bench-fairness bench-autoscale
 
 PYTHON := .venv/bin/python
 
@@ -14,10 +14,14 @@ serve: setup
 test: setup
 	$(PYTHON) -m pytest -q -p no:cacheprovider
 
+lint: setup
+	.venv/bin/ruff check .
+	.venv/bin/lint-imports
+
 unit-test: setup
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/unit
 
-bench: bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement bench-burst bench-promotion bench-gateway bench-limits bench-fairness
+bench: bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement bench-burst bench-promotion bench-gateway bench-limits bench-fairness bench-autoscale
 
 bench-overhead: setup
 	$(PYTHON) -m bench.overhead
@@ -51,3 +55,6 @@ bench-limits: setup
 
 bench-fairness: setup
 	$(PYTHON) -m bench.fairness
+
+bench-autoscale: setup
+	$(PYTHON) -m bench.autoscale

@@ -42,6 +42,11 @@ log = logging.getLogger(__name__)
 ACTOR = Actor(name="autoscaler", scope=Scope.ADMIN)
 # Deployments that count as engines: serving, or on their way to it.
 COUNTED = (DeploymentState.PENDING, DeploymentState.LOADING, DeploymentState.READY)
+# Triton forgets an unloaded model at once, but its engine processes exit 5-25 s later (measured
+# on a 2-core machine under load), and a new engine of the same model started on the node
+# meanwhile was seen to hang in its start for good: the alias goes back to a node it left only
+# after this long.
+ENGINE_EXIT_S = 45.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,8 @@ class AliasView:
     # Nodes that answered the reconciler and hold no engine of the alias, fewest deployments
     # first: where an engine can be added.
     free_nodes: list[str]
+    # Free nodes the alias left less than ENGINE_EXIT_S ago, with the seconds left.
+    settling: dict[str, float]
 
 
 class Autoscaler:
@@ -146,9 +153,18 @@ class Autoscaler:
         if busy is None and promotion is not None:
             busy = f"promotion {promotion.id} of the model is running"
         taken = {d.node_id for d in wanted}
-        free = [(repository.count_of_node(node.id), node.name)
-                for node in NodeRepository(session).all()
-                if node.id not in taken and _up(repository, node.id)]
+        now = utcnow()
+        left = {d.node_id: ENGINE_EXIT_S - (now - d.updated_at).total_seconds()
+                for d in repository.of_alias(row.model_id, row.alias, wanted_only=False)
+                if not d.wanted and d.state == DeploymentState.UNLOADED}
+        free, settling = [], {}
+        for node in NodeRepository(session).all():
+            if node.id in taken or not _up(repository, node.id):
+                continue
+            if left.get(node.id, 0.0) > 0:
+                settling[node.name] = left[node.id]
+            else:
+                free.append((repository.count_of_node(node.id), node.name))
         model = session.get(Model, row.model_id)
         return AliasView(
             row.id, "" if model is None else model.name, row.alias,
@@ -158,7 +174,7 @@ class Autoscaler:
                           scale_down_window_s=row.scale_down_window_s,
                           cooldown_s=row.cooldown_s),
             None if row.last_change_at is None else row.last_change_at.timestamp(),
-            engines, busy, [name for _, name in sorted(free)])
+            engines, busy, [name for _, name in sorted(free)], settling)
 
     def _reading(self, view: AliasView) -> float | None:
         """The policy's metric now over the alias's engines; None if a node was not read."""
@@ -207,6 +223,11 @@ class Autoscaler:
                         _, operation = deployments.apply(session, ACTOR, view.model, view.alias,
                                                          record.node)
                         operation_id = operation.id
+                    elif view.settling:
+                        node, seconds = min(view.settling.items(), key=lambda item: item[1])
+                        record.error = (f"the alias left node {node} moments ago; it goes back "
+                                        f"there in {seconds:.0f} s, once the old engine has "
+                                        "exited")
                     else:
                         record.error = ("no node that answers holds no engine of the alias; "
                                         "register another node or lower max_engines")

@@ -210,10 +210,13 @@ def main() -> None:
     os.environ["LLMCP_AUTOSCALE_INTERVAL_SECONDS"] = "1"
     with tempfile.TemporaryDirectory(prefix="bench-autoscale-") as workdir, ExitStack() as stack:
         nodes = {}
-        for name in ("node-a", "node-b"):
+        for core, name in enumerate(("node-a", "node-b")):
             (Path(workdir) / name).mkdir()
+            # Each node's engines on a core of their own, as on machines of their own: bound to
+            # the same core, the busy engine starves the new one's start for minutes.
             node = TritonServer(Path(workdir) / name, repository_key=repository_key,
-                                log_path=CACHE_DIR / "logs" / f"bench-autoscale-{name}.log")
+                                log_path=CACHE_DIR / "logs" / f"bench-autoscale-{name}.log",
+                                environment={"VLLM_CPU_OMP_THREADS_BIND": str(core)})
             node.start()
             stack.callback(node.stop)
             nodes[name] = node

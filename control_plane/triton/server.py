@@ -9,6 +9,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,8 +52,12 @@ class TritonServer:
 
     def __init__(self, model_repository: Path, ports: TritonPorts | None = None,
                  log_path: Path | None = None, extra_args: list[str] | None = None,
-                 runtime: TritonRuntime | None = None, repository_key: str | None = None) -> None:
+                 runtime: TritonRuntime | None = None, repository_key: str | None = None,
+                 environment: Mapping[str, str] | None = None) -> None:
+        """``environment``: variables for this server's processes over the inherited ones (e.g.
+        ``VLLM_CPU_OMP_THREADS_BIND`` to pin its engines to cores of their own)."""
         self.model_repository = model_repository
+        self.extra_environment = dict(environment or {})
         # Checked now, so a bad key fails here rather than as tritonserver's exit code later.
         self.repository_key = (None if repository_key is None
                                else restricted_api.check_key(repository_key))
@@ -107,6 +112,7 @@ class TritonServer:
         env.pop(REPOSITORY_KEY_VARIABLE, None)
         if self.repository_key is not None:
             env[REPOSITORY_KEY_VARIABLE] = self.repository_key
+        env.update(self.extra_environment)
         return env
 
     def start(self, timeout: float = 60.0) -> None:

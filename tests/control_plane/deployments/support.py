@@ -47,12 +47,18 @@ def repository_key_in(variable: str) -> Iterator[str]:
 
 
 def running_nodes(tmp_path_factory: pytest.TempPathFactory, names: Sequence[str], key: str,
-                  log_prefix: str) -> Iterator[dict[str, TritonServer]]:
-    """tritonserver nodes with empty repositories locked to ``key``, stopped afterwards."""
-    nodes = {name: TritonServer(tmp_path_factory.mktemp(f"{name}-repository"),
-                                repository_key=key,
-                                log_path=CACHE_DIR / "logs" / f"{log_prefix}-{name}.log")
-             for name in names}
+                  log_prefix: str, own_cores: bool = False) -> Iterator[dict[str, TritonServer]]:
+    """tritonserver nodes with empty repositories locked to ``key``, stopped afterwards.
+
+    ``own_cores``: each node's engines pinned to a core of their own, as on machines of their
+    own. Otherwise every engine here binds core 0, and one engine busy there starves another's
+    start (its worker got 1 % of the core for minutes)."""
+    cores = os.cpu_count() or 1
+    nodes = {name: TritonServer(
+        tmp_path_factory.mktemp(f"{name}-repository"), repository_key=key,
+        log_path=CACHE_DIR / "logs" / f"{log_prefix}-{name}.log",
+        environment={"VLLM_CPU_OMP_THREADS_BIND": str(index % cores)} if own_cores else None)
+        for index, name in enumerate(names)}
     try:
         for node in nodes.values():
             node.start()

@@ -74,7 +74,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         patch.setenv(GATEWAY_SECRET_ENV, secret)
         key = secrets.token_urlsafe(24)
         patch.setenv(KEY_VARIABLE, key)
-        nodes_iter = running_nodes(tmp_path_factory, NODE_NAMES, key, "test-gateway")
+        nodes_iter = running_nodes(tmp_path_factory, NODE_NAMES, key, "test-gateway",
+                                   own_cores=True)
         nodes = next(nodes_iter)
         control_plane = ControlPlane(tmp_path_factory.mktemp("gateway-cp"),
                                      log_name="test-gateway-control-plane")

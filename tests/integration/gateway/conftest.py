@@ -5,8 +5,10 @@ front. Built once per test session (each node load costs ~30-100 s here)."""
 from __future__ import annotations
 
 import secrets
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Self
 
 import httpx
 import pytest
@@ -127,6 +129,41 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 pass
 
 
+class Load:
+    """``clients`` sending requests one after another through the gateway until stopped; counts
+    what was answered and keeps every failure."""
+
+    def __init__(self, stack: Stack, clients: int = 1, max_tokens: int = 4,
+                 prompt: str = "The capital of France is", pause_s: float = 0.0) -> None:
+        self.stack = stack
+        self.body = {"text_input": prompt, "parameters": {"max_tokens": max_tokens}}
+        self.pause_s = pause_s
+        self.ok = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run) for _ in range(clients)]
+
+    def __enter__(self) -> Self:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            answer = httpx.post(f"{self.stack.http}/v2/models/{MODEL}/generate",
+                                headers=self.stack.bearer(), json=self.body, timeout=600)
+            if answer.status_code == 200:
+                self.ok += 1
+            else:
+                self.failures.append(f"{answer.status_code} {answer.text[:300]}")
+            self._stop.wait(self.pause_s)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=600)
+
+
 def healthz(stack: Stack) -> dict[str, object]:
     return httpx.get(f"{stack.http}/healthz", timeout=10).json()
 
@@ -138,4 +175,4 @@ def node_serves(stack: Stack, name: str) -> bool:
     return any(e["node"] == name and not e["ejected"] for e in endpoints)
 
 
-__all__ = ["MODEL", "Stack", "healthz", "node_serves", "wait_until"]
+__all__ = ["MODEL", "Load", "Stack", "healthz", "node_serves", "wait_until"]

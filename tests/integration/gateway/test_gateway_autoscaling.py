@@ -6,50 +6,15 @@ began: two engines, the policy gone."""
 
 from __future__ import annotations
 
-import threading
-from typing import Any, Self
+from typing import Any
 
-import httpx
-
-from tests.integration.gateway.conftest import MODEL, Stack, node_serves
+from tests.integration.gateway.conftest import MODEL, Load, Stack, node_serves
 from tests.integration.support import metric, wait_until
 
 POLICY = {"min_engines": 1, "max_engines": 2, "metric": "waiting_per_engine", "target": 2,
           "scale_up_window_s": 4, "scale_down_window_s": 10, "cooldown_s": 5}
 SCALING = f"/api/v1/models/{MODEL}/aliases/production/scaling"
-
-
-class Load:
-    """``clients`` sending one request after another through the gateway until stopped."""
-
-    def __init__(self, stack: Stack, clients: int, max_tokens: int) -> None:
-        self.stack = stack
-        self.max_tokens = max_tokens
-        self.ok = 0
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run) for _ in range(clients)]
-
-    def __enter__(self) -> Self:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            answer = httpx.post(f"{self.stack.http}/v2/models/{MODEL}/generate",
-                                headers=self.stack.bearer(), timeout=600,
-                                json={"text_input": "Count from one to a hundred:",
-                                      "parameters": {"max_tokens": self.max_tokens}})
-            if answer.status_code == 200:
-                self.ok += 1
-            else:
-                self.failures.append(f"{answer.status_code} {answer.text[:300]}")
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=600)
+PROMPT = "Count from one to a hundred:"
 
 
 def engines(stack: Stack) -> dict[str, str]:
@@ -78,7 +43,7 @@ def test_an_idle_engine_is_drained_and_a_queue_adds_one_back(stack: Stack) -> No
     try:
         # Light traffic (about nothing waiting against a target of two) for the 10 s window:
         # one engine is drained and removed while requests keep coming; never the last (min 1).
-        with Load(stack, clients=1, max_tokens=8) as light:
+        with Load(stack, clients=1, max_tokens=8, prompt=PROMPT) as light:
             assert wait_until(lambda: len(engines(stack)) == 1, 120, interval=1), \
                 decisions(stack)[:3]
             removed = next(d for d in decisions(stack) if d["action"] == "scale_down")
@@ -90,7 +55,7 @@ def test_an_idle_engine_is_drained_and_a_queue_adds_one_back(stack: Stack) -> No
         # Twelve clients against the engine's three slots: a queue of about nine for the 4 s
         # window adds an engine back, on the free node, once the old engine there has had time
         # to exit (a new one started beside it was seen to hang).
-        with Load(stack, clients=12, max_tokens=24) as heavy:
+        with Load(stack, clients=12, max_tokens=24, prompt=PROMPT) as heavy:
             assert wait_until(lambda: len(engines(stack)) == 2, 180, interval=1), \
                 decisions(stack)[:3]
             waited = [d for d in decisions(stack) if d["error"] and "goes back there" in

@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import Any, Self
+from typing import Any
 
 import httpx
 
 from tests.control_plane.deployments.support import ENGINE_ARGS, finished, register
-from tests.integration.gateway.conftest import MODEL, Stack, healthz, node_serves
+from tests.integration.gateway.conftest import MODEL, Load, Stack, healthz, node_serves
 from tests.integration.support import metric, wait_until
 
 PROMPT = "The capital of France is"
@@ -29,36 +29,6 @@ def generate(stack: Stack, max_tokens: int = 4) -> httpx.Response:
 # CPU to load the new engines beside the serving ones.
 LOAD_PAUSE_S = 0.2
 SWAP_TIMEOUT_S = 900
-
-
-class Load:
-    """Clients sending requests one after another through the gateway until stopped."""
-
-    def __init__(self, stack: Stack, clients: int = 1) -> None:
-        self.stack = stack
-        self.ok = 0
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run) for _ in range(clients)]
-
-    def __enter__(self) -> Self:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            answer = generate(self.stack)
-            if answer.status_code == 200:
-                self.ok += 1
-            else:
-                self.failures.append(f"{answer.status_code} {answer.text[:300]}")
-            self._stop.wait(LOAD_PAUSE_S)
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=180)
 
 
 def test_gateway_keeps_routing_with_the_control_plane_stopped(stack: Stack) -> None:
@@ -81,7 +51,7 @@ def test_gateway_keeps_routing_with_the_control_plane_stopped(stack: Stack) -> N
 def test_an_alias_swap_through_the_gateway_fails_no_request(stack: Stack) -> None:
     # Another engine setting, so each node really loads a second engine beside the first.
     version = register(stack.admin, {}, {**ENGINE_ARGS, "max_num_seqs": 4}, model=MODEL)
-    with Load(stack) as load:
+    with Load(stack, pause_s=LOAD_PAUSE_S) as load:
         time.sleep(2)
         swap = stack.admin.put(f"/api/v1/models/{MODEL}/aliases/production",
                                json={"version": version})

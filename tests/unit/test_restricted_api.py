@@ -54,3 +54,13 @@ def test_server_with_a_key_restricts_the_repository_api():
 def test_server_refuses_a_bad_key_before_starting_anything():
     with pytest.raises(ValueError):
         TritonServer(Path("/repo"), runtime=RUNTIME, repository_key="bad:key=")
+
+
+def test_a_servers_own_environment_wins_over_the_inherited_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "auto")
+    pinned = TritonServer(Path("/repo"), runtime=RUNTIME,
+                          environment={"VLLM_CPU_OMP_THREADS_BIND": "1"})
+    assert pinned.environment()["VLLM_CPU_OMP_THREADS_BIND"] == "1"
+    assert TritonServer(Path("/repo"), runtime=RUNTIME).environment()[
+        "VLLM_CPU_OMP_THREADS_BIND"] == "auto"

@@ -68,8 +68,8 @@ class AliasView:
     last_change_at: float | None
     engines: list[Engine]
     busy: str | None
-    # Nodes that answered the reconciler and hold no engine of the alias, fewest deployments
-    # first: where an engine can be added.
+    # Nodes not seen down that hold no engine of the alias, fewest deployments first: where an
+    # engine can be added.
     free_nodes: list[str]
     # Free nodes the alias left less than ENGINE_EXIT_S ago, with the seconds left.
     settling: dict[str, float]
@@ -270,8 +270,11 @@ class Autoscaler:
 
 
 def _up(repository: DeploymentRepository, node_id: int) -> bool:
+    """Not seen down: the reconciler visits only nodes that hold deployments, so a node added
+    to grow into has no status yet (a load there that fails marks its deployment FAILED, and the
+    autoscaler looks elsewhere)."""
     status = repository.node_health(node_id)
-    return status is not None and status.health == NodeHealth.UP
+    return status is None or status.health == NodeHealth.UP
 
 
 def _copy(record: ScalingDecisionRow) -> ScalingDecisionRow:

@@ -77,10 +77,13 @@ def test_each_tick_is_recorded_and_a_change_runs_as_a_deployment_operation(
         session_factory: sessionmaker[Session]) -> None:
     _alias(client, writer)
     add_node(client, writer, "n", None)  # nothing listens there: the load will fail
+    add_node(client, writer, "a-down", None)
+    # "n" was never seen (the reconciler visits nodes with deployments): a candidate. A node
+    # seen down is not.
     with transaction(session_factory) as session:
-        node = NodeRepository(session).get_by_name("n")
-        assert node is not None
-        DeploymentRepository(session).record_node_health(node.id, NodeHealth.UP, "")
+        down = NodeRepository(session).get_by_name("a-down")
+        assert down is not None
+        DeploymentRepository(session).record_node_health(down.id, NodeHealth.DOWN, "refused")
     assert client.put(PATH, headers=writer, json=POLICY).status_code == 201
     autoscaler = client.app.state.autoscaler  # type: ignore[attr-defined]
 

@@ -131,7 +131,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     reconciler = Reconciler(actuator, interval_s=settings.reconcile_interval_seconds,
                             is_leader=lambda: bool(elections) and elections[-1].is_leader,
                             min_triton_version=settings.min_triton_version,
-                            steps=[AdapterReconciler(adapter_actuator)], metrics=metrics)
+                            steps=[AdapterReconciler(adapter_actuator)], metrics=metrics,
+                            node_down_after_misses=settings.node_down_after_missed_passes)
     autoscaler = Autoscaler(session_factory, runner, stats_poller,
                             interval_s=settings.autoscale_interval_seconds,
                             is_leader=lambda: bool(elections) and elections[-1].is_leader,

@@ -33,6 +33,9 @@ class Settings(BaseSettings):
                     "chat_template.jinja) served to gateways for counting prompt tokens")
     reconcile_interval_seconds: float = Field(
         default=10.0, gt=0, description="how often the reconciler checks every node unprompted")
+    node_down_after_missed_passes: int = Field(
+        default=3, ge=1, le=100, description="reconcile passes in a row a node must miss before "
+        "its deployments count as UNKNOWN and leave the gateways' routing tables")
     reconciler_enabled: bool = Field(
         default=True, description="false: this replica serves the API but never drives Triton")
     gpu_headroom_fraction: float = Field(

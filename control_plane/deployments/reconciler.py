@@ -80,7 +80,8 @@ class Reconciler:
     def __init__(self, actuator: Actuator, interval_s: float = 10.0,
                  is_leader: Callable[[], bool] = lambda: True,
                  min_triton_version: str | None = None, steps: Sequence[NodeStep] = (),
-                 metrics: ControlPlaneMetrics | None = None) -> None:
+                 metrics: ControlPlaneMetrics | None = None,
+                 node_down_after_misses: int = 1) -> None:
         """``min_triton_version``: nodes on an older Triton are logged, once per node and
         version; None: no floor. ``steps`` run on each node that answered, after its
         deployments."""
@@ -96,6 +97,10 @@ class Reconciler:
         self._thread: threading.Thread | None = None
         self.passes = 0
         self.metrics = metrics or ControlPlaneMetrics()
+        self.node_down_after_misses = node_down_after_misses
+        # Node id -> passes in a row it did not answer (this process's view; a new leader
+        # starts counting afresh).
+        self._misses: dict[int, int] = {}
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -178,13 +183,14 @@ class Reconciler:
             server_version = self._server_version(control, endpoint.name, report)
         except TritonControlError as exc:
             report.errors.append(str(exc))
-            self._record_down(node_id, str(exc), report)
+            self._missed(node_id, str(exc), report)
             return report
         finally:
             close = getattr(control, "close", None)
             if close is not None:
                 close()
         report.reachable = True
+        self._misses.pop(node_id, None)
         report.plan = plan_node(desired, ready, busy)
         for action in report.plan.actions:
             try:
@@ -248,6 +254,20 @@ class Reconciler:
             self.actuator.mark_ready(action.deployment_id, action.version, ACTOR)
         else:
             self.actuator.mark_unloaded(action.deployment_id, ACTOR)
+
+    def _missed(self, node_id: int, detail: str, report: NodeReport) -> None:
+        """A node that did not answer one pass: down (its deployments UNKNOWN, out of the
+        gateways' tables) only after ``node_down_after_misses`` passes in a row. A node busy at
+        full CPU can miss one (its index read timed out under a load step, and both nodes left
+        the routing table for 2 s: 404s while they served); a dead node is ejected by the
+        gateways' own probes within a second meanwhile."""
+        misses = self._misses.get(node_id, 0) + 1
+        self._misses[node_id] = misses
+        if misses >= self.node_down_after_misses:
+            self._record_down(node_id, detail, report)
+        else:
+            report.errors.append(f"missed {misses} pass(es) in a row; down after "
+                                 f"{self.node_down_after_misses}")
 
     def _record_down(self, node_id: int, detail: str, report: NodeReport) -> None:
         with transaction(self.session_factory) as session:

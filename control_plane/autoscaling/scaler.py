@@ -229,8 +229,9 @@ class Autoscaler:
                                         f"there in {seconds:.0f} s, once the old engine has "
                                         "exited")
                     else:
-                        record.error = ("no node that answers holds no engine of the alias; "
-                                        "register another node or lower max_engines")
+                        record.error = ("no node to add an engine on: every node not seen "
+                                        "down already serves the alias, or none is registered; "
+                                        "register a node or lower max_engines")
                 elif decision.action is Action.SCALE_DOWN:
                     record.node = self._node_to_remove(view)
                     _, operation = deployments.remove(session, ACTOR, view.model, view.alias,

@@ -108,7 +108,7 @@ def test_each_tick_is_recorded_and_a_change_runs_as_a_deployment_operation(
     assert second.action.value == "scale_up"
     newest = client.get(f"{PATH}/decisions", headers=reader).json()["items"][0]
     assert newest["operation_id"] is None
-    assert "register another node or lower max_engines" in newest["error"]
+    assert "register a node or lower max_engines" in newest["error"]
 
     deployments = client.get("/api/v1/deployments", headers=reader, params={"model": "m"}).json()
     [deployment] = deployments["items"]

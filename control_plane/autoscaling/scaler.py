@@ -47,6 +47,7 @@ COUNTED = (DeploymentState.PENDING, DeploymentState.LOADING, DeploymentState.REA
 # meanwhile was seen to hang in its start for good: the alias goes back to a node it left only
 # after this long.
 ENGINE_EXIT_S = 45.0
+PRUNE_EVERY_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class Autoscaler:
         self.keep_decisions_h = keep_decisions_h
         self._clock = clock
         self._series: dict[int, deque[Observation]] = {}
+        self._pruned_at = float("-inf")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -121,7 +123,8 @@ class Autoscaler:
     def tick(self) -> list[Decision]:
         now = self._clock()
         with transaction(self.session_factory, read_only=True) as session:
-            views = [self._view(session, row) for row in
+            fleet = _Fleet.read(session)
+            views = [self._view(session, row, fleet) for row in
                      ScalingRepository(session).enabled_policies()]
         for gone in set(self._series) - {view.policy_id for view in views}:
             del self._series[gone]
@@ -136,17 +139,20 @@ class Autoscaler:
                               view.last_change_at, view.busy)
             self._carry_out(view, decision)
             made.append(decision)
-        with transaction(self.session_factory) as session:
-            ScalingRepository(session).prune_decisions(
-                utcnow() - timedelta(hours=self.keep_decisions_h))
+        # Old decisions go once a minute, not at every tick.
+        if now - self._pruned_at >= PRUNE_EVERY_S:
+            with transaction(self.session_factory) as session:
+                ScalingRepository(session).prune_decisions(
+                    utcnow() - timedelta(hours=self.keep_decisions_h))
+            self._pruned_at = now
         return made
 
-    def _view(self, session: Session, row: ScalingPolicyRow) -> AliasView:
-        repository = DeploymentRepository(session)
-        wanted = repository.of_model(row.model_id, row.alias)
+    def _view(self, session: Session, row: ScalingPolicyRow, fleet: _Fleet) -> AliasView:
+        every = DeploymentRepository(session).of_model(row.model_id, row.alias, wanted_only=False)
+        wanted = [d for d in every if d.wanted]
         engines = [Engine(d.id, d.node.name, d.triton_name, d.state) for d in wanted
                    if d.state in COUNTED]
-        busy_ids = deployments.busy_deployment_ids(session) & {d.id for d in wanted}
+        busy_ids = fleet.busy & {d.id for d in wanted}
         busy = (f"an operation is working on {len(busy_ids)} of the alias's deployments"
                 if busy_ids else None)
         promotion = PromotionRepository(session).unfinished_of_model(row.model_id)
@@ -155,16 +161,15 @@ class Autoscaler:
         taken = {d.node_id for d in wanted}
         now = utcnow()
         left = {d.node_id: ENGINE_EXIT_S - (now - d.updated_at).total_seconds()
-                for d in repository.of_alias(row.model_id, row.alias, wanted_only=False)
-                if not d.wanted and d.state == DeploymentState.UNLOADED}
+                for d in every if not d.wanted and d.state == DeploymentState.UNLOADED}
         free, settling = [], {}
-        for node in NodeRepository(session).all():
-            if node.id in taken or not _up(repository, node.id):
+        for node_id, name, load in fleet.nodes:
+            if node_id in taken:
                 continue
-            if left.get(node.id, 0.0) > 0:
-                settling[node.name] = left[node.id]
+            if left.get(node_id, 0.0) > 0:
+                settling[name] = left[node_id]
             else:
-                free.append((repository.count_of_node(node.id), node.name))
+                free.append((load, name))
         model = session.get(Model, row.model_id)
         return AliasView(
             row.id, "" if model is None else model.name, row.alias,
@@ -268,6 +273,22 @@ class Autoscaler:
                            if name in (readings.WAITING, readings.RUNNING))
             return (0 if engine.state != DeploymentState.READY else 1), work
         return min(view.engines, key=load).node
+
+
+@dataclass(frozen=True)
+class _Fleet:
+    """What every policy of one tick shares, read once: the nodes not seen down with their
+    deployment counts, and the deployments an operation is working on."""
+
+    nodes: list[tuple[int, str, int]]
+    busy: set[int]
+
+    @classmethod
+    def read(cls, session: Session) -> _Fleet:
+        repository = DeploymentRepository(session)
+        return cls([(node.id, node.name, repository.count_of_node(node.id))
+                    for node in NodeRepository(session).all() if _up(repository, node.id)],
+                   deployments.busy_deployment_ids(session))
 
 
 def _up(repository: DeploymentRepository, node_id: int) -> bool:

@@ -32,9 +32,13 @@ class DeploymentRepository:
         return self.session.scalars(select(Deployment).where(*conditions)
                                     .order_by(Deployment.id)).all()
 
-    def of_model(self, model_id: int, alias: str | None = None) -> Sequence[Deployment]:
-        """The model's wanted deployments (of one alias, or all), with their nodes."""
-        conditions = [Deployment.model_id == model_id, Deployment.wanted.is_(True)]
+    def of_model(self, model_id: int, alias: str | None = None, *, wanted_only: bool = True
+                 ) -> Sequence[Deployment]:
+        """The model's deployments (of one alias, or all; only the wanted ones unless asked),
+        with their nodes."""
+        conditions = [Deployment.model_id == model_id]
+        if wanted_only:
+            conditions.append(Deployment.wanted.is_(True))
         if alias is not None:
             conditions.append(Deployment.alias == alias)
         return self.session.scalars(select(Deployment).options(joinedload(Deployment.node))

@@ -122,7 +122,7 @@ def summarize(parts: Sequence[Part]) -> WindowStats:
         seconds=max((part.seconds for part in parts), default=0.0),
         requests_per_second=rates[r.REQUEST_SUCCESS] + rates[r.REQUEST_FAILURE],
         errors_per_second=rates[r.REQUEST_FAILURE],
-        errors=dict(errors),
+        errors={kind: count for kind, count in errors.items() if count},
         prompt_tokens_per_second=rates[r.PROMPT_TOKENS],
         generated_tokens_per_second=rates[r.GENERATED_TOKENS],
         queue_time_seconds=quantiles(r.QUEUE_TIME),

@@ -28,6 +28,8 @@ from control_plane.deployments.actuator import Actuator
 from control_plane.deployments.reconciler import Reconciler
 from control_plane.deployments.routes import router as deployments_router
 from control_plane.error_handlers import error_responses, install_error_handlers
+from control_plane.evacuation.evacuator import Evacuator
+from control_plane.evacuation.routes import router as evacuation_router
 from control_plane.gpus.monitor import GpuMonitor
 from control_plane.gpus.readings import GpuInventory
 from control_plane.leader import LeaderElection, LeaderLock
@@ -132,7 +134,10 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                             is_leader=lambda: bool(elections) and elections[-1].is_leader,
                             min_triton_version=settings.min_triton_version,
                             steps=[AdapterReconciler(adapter_actuator)], metrics=metrics,
-                            node_down_after_misses=settings.node_down_after_missed_passes)
+                            node_down_after_misses=settings.node_down_after_missed_passes,
+                            fleet_steps=[Evacuator(session_factory, placer,
+                                                   gpu_monitor.latest_all, runner.submit,
+                                                   metrics)])
     autoscaler = Autoscaler(session_factory, runner, stats_poller,
                             interval_s=settings.autoscale_interval_seconds,
                             is_leader=lambda: bool(elections) and elections[-1].is_leader,
@@ -243,4 +248,5 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.include_router(usage_router, prefix="/api/v1")
     app.include_router(stats_router, prefix="/api/v1")
     app.include_router(autoscaling_router, prefix="/api/v1")
+    app.include_router(evacuation_router, prefix="/api/v1")
     return app

@@ -11,6 +11,7 @@ from control_plane.auth import orm as auth_orm
 from control_plane.autoscaling import orm as autoscaling_orm
 from control_plane.db import Base
 from control_plane.deployments import orm as deployments_orm
+from control_plane.evacuation import orm as evacuation_orm
 from control_plane.idempotency import orm as idempotency_orm
 from control_plane.nodes import orm as nodes_orm
 from control_plane.operations import orm as operations_orm
@@ -23,4 +24,4 @@ from control_plane.webhooks import orm as webhooks_orm
 
 target_metadata = Base.metadata
 
-__all__ = ["adapters_orm", "auth_orm", "autoscaling_orm", "deployments_orm", "idempotency_orm", "nodes_orm", "operations_orm", "promotions_orm", "registry_orm", "reservations_orm", "target_metadata", "tenants_orm", "usage_orm", "webhooks_orm"]
+__all__ = ["adapters_orm", "auth_orm", "autoscaling_orm", "deployments_orm", "evacuation_orm", "idempotency_orm", "nodes_orm", "operations_orm", "promotions_orm", "registry_orm", "reservations_orm", "target_metadata", "tenants_orm", "usage_orm", "webhooks_orm"]

@@ -43,6 +43,15 @@ log = logging.getLogger(__name__)
 ACTOR = "reconciler"
 
 
+class FleetStep(Protocol):
+    """More to do once every node of a pass is reconciled, over the whole fleet (moving engines
+    off faulty GPUs). It raises nothing it can handle; an error ends only its own part."""
+
+    name: str
+
+    def __call__(self) -> object: ...
+
+
 class NodeStep(Protocol):
     """More to reconcile on a node that answered, once its deployments are (their adapters):
     in the same pass, under the node's lock. Returns its part of the pass's record and the
@@ -81,12 +90,14 @@ class Reconciler:
                  is_leader: Callable[[], bool] = lambda: True,
                  min_triton_version: str | None = None, steps: Sequence[NodeStep] = (),
                  metrics: ControlPlaneMetrics | None = None,
-                 node_down_after_misses: int = 1) -> None:
+                 node_down_after_misses: int = 1, fleet_steps: Sequence[FleetStep] = ()
+                 ) -> None:
         """``min_triton_version``: nodes on an older Triton are logged, once per node and
         version; None: no floor. ``steps`` run on each node that answered, after its
-        deployments."""
+        deployments; ``fleet_steps`` after every node of a pass."""
         self.actuator = actuator
         self.steps = tuple(steps)
+        self.fleet_steps = tuple(fleet_steps)
         self.session_factory = actuator.session_factory
         self.interval_s = interval_s
         self.is_leader = is_leader
@@ -137,6 +148,13 @@ class Reconciler:
     def reconcile_once(self) -> list[NodeReport]:
         started = time.monotonic()
         reports = self._reconcile_nodes()
+        for step in self.fleet_steps:
+            try:
+                step()
+            except Exception:  # one step's failure ends neither the pass nor the other steps
+                self.metrics.reconcile_failures.inc()
+                log.exception("reconcile step %s failed; trying again at the next pass",
+                              step.name)
         self.passes += 1
         self.metrics.reconcile_passes.inc()
         self.metrics.reconcile_duration.observe(time.monotonic() - started)

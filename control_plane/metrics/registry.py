@@ -60,6 +60,10 @@ class ControlPlaneMetrics:
         self.autoscaler_desired = Gauge(
             "llmcp_autoscaler_desired_engines", "Engines the last decision asked for",
             ["model", "alias"], registry=r)
+        self.gpu_evacuations = Gauge(
+            "llmcp_gpu_evacuations", "Deployments on a faulty GPU at the last reconcile pass: "
+            "moving (a replacement on another node is loading or serving) or no_capacity (no "
+            "other node has healthy room)", ["state"], registry=r)
         self.webhook_deliveries = Counter(
             "llmcp_webhook_deliveries", "Webhook delivery attempts, by outcome (delivered, "
             "retrying, exhausted: no attempt left)", ["outcome"], registry=r)

@@ -57,3 +57,5 @@ Reporter = Annotated[Actor, Depends(require_scope(Scope.REPORT))]
 Writer = Annotated[Actor, Depends(require_scope(Scope.WRITE))]
 Admin = Annotated[Actor, Depends(require_scope(Scope.ADMIN))]
 WaitingReader = Annotated[Actor, Depends(require_scope_briefly(Scope.READ))]
+# For routes that read or hash files before their transaction (registering a version).
+BriefWriter = Annotated[Actor, Depends(require_scope_briefly(Scope.WRITE))]

@@ -61,11 +61,18 @@ class VersionRun(PromotionRun):
         validate = None
         with self._tx() as session:
             promotion = self._get(session)
-            if promotion.version is None:
-                manifest = VersionManifest.model_validate(promotion.manifest)
+            manifest = None if promotion.version is not None else \
+                VersionManifest.model_validate(promotion.manifest)
+        # The source is read and hashed with no transaction open.
+        create = None if manifest is None else manifest.version_create()
+        inspected = None if create is None else registry.inspect_version(
+            self.model, create, self.driver.source_roots, config_builder.check)
+        with self._tx() as session:
+            promotion = self._get(session)
+            if promotion.version is None and create is not None:
                 version = registry.register_version(
-                    session, self.actor, self.model, manifest.version_create(),
-                    self.driver.source_roots, config_builder.check)
+                    session, self.actor, self.model, create, self.driver.source_roots,
+                    config_builder.check, inspected=inspected)
                 promotion.version = version.number
             version = registry.get_version(session, self.model, promotion.version)
             number = version.number

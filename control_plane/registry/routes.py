@@ -8,7 +8,8 @@ from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response, 
 from fastapi.responses import JSONResponse
 
 from control_plane.api_params import IfMatch, LabelFilter
-from control_plane.auth.dependencies import Reader, WaitingReader, Writer
+from control_plane.auth.dependencies import BriefWriter, Reader, WaitingReader, Writer
+from control_plane.db import transaction
 from control_plane.dependencies import AppSettings, DbSession
 from control_plane.error_handlers import error_responses
 from control_plane.idempotency.http import IdempotencyKeyHeader, respond_once
@@ -98,31 +99,36 @@ def delete_model(name: ModelName, session: DbSession, actor: Writer, if_match: I
              responses={**error_responses(404),
                         200: {"model": VersionOut,
                               "description": "dry_run: the version it would register"}})
-def register_version(name: ModelName, body: VersionCreate, request: Request, session: DbSession,
-                     actor: Writer, settings: AppSettings,
+def register_version(name: ModelName, body: VersionCreate, request: Request,
+                     actor: BriefWriter, settings: AppSettings,
                      idempotency_key: IdempotencyKeyHeader = None,
                      dry_run: Annotated[bool, Query(
                          description="check everything registration checks and answer 200 with "
                                      "the version it would create; store nothing")] = False,
                      ) -> JSONResponse:
-    if dry_run:
-        # The registration itself, inside a savepoint that is rolled back: the same checks, the
-        # same number it would get, and nothing kept (not even the audit record).
-        savepoint = session.begin_nested()
-        try:
+    # The source is read and hashed (every file of a local model) before the transaction opens.
+    inspected = service.inspect_version(name, body, settings.source_roots, config_builder.check)
+    with transaction(request.app.state.session_factory) as session:
+        if dry_run:
+            # The registration itself, inside a savepoint that is rolled back: the same checks,
+            # the same number it would get, and nothing kept (not even the audit record).
+            savepoint = session.begin_nested()
+            try:
+                version = service.register_version(session, actor, name, body,
+                                                   settings.source_roots, config_builder.check,
+                                                   inspected=inspected)
+                preview = VersionOut.of(version).model_dump(mode="json")
+            finally:
+                savepoint.rollback()
+            return JSONResponse(preview, status_code=200)
+
+        def perform() -> tuple[VersionOut, dict[str, str]]:
             version = service.register_version(session, actor, name, body,
-                                               settings.source_roots, config_builder.check)
-            preview = VersionOut.of(version).model_dump(mode="json")
-        finally:
-            savepoint.rollback()
-        return JSONResponse(preview, status_code=200)
+                                               settings.source_roots, config_builder.check,
+                                               inspected=inspected)
+            return VersionOut.of(version), {"ETag": service.version_etag(version)}
 
-    def perform() -> tuple[VersionOut, dict[str, str]]:
-        version = service.register_version(session, actor, name, body, settings.source_roots,
-                                           config_builder.check)
-        return VersionOut.of(version), {"ETag": service.version_etag(version)}
-
-    return respond_once(request, session, actor, idempotency_key, body, 201, perform)
+        return respond_once(request, session, actor, idempotency_key, body, 201, perform)
 
 
 @router.get("/{name}/versions", response_model=Page[VersionOut], responses=error_responses(404))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -130,15 +131,37 @@ def delete_model(session: Session, actor: Actor, name: str, if_match: str | None
     audit.record(session, actor, "model.delete", "model", name, before=before)
 
 
-def register_version(session: Session, actor: Actor, model_name: str, data: VersionCreate,
-                     source_roots: Sequence[Path], config_check: VersionConfigCheck,
-                     engine_arg_names: Iterable[str] | None = None) -> ModelVersion:
-    """Validate and store a new version with the model's next number."""
+@dataclass(frozen=True)
+class InspectedVersion:
+    """What registration learns from a version's source: its checksum and memory profile. Taken
+    before the transaction (it reads every file of a local model), never inside it."""
+
+    source: CheckedSource
+    profile: dict[str, Any]
+
+
+def inspect_version(model_name: str, data: VersionCreate, source_roots: Sequence[Path],
+                    config_check: VersionConfigCheck,
+                    engine_arg_names: Iterable[str] | None = None) -> InspectedVersion:
+    """Every check of a new version that needs no database, then its source read and hashed."""
     check_engine_args(data.engine_args, engine_arg_names)
     # Cheap checks first: the source check may read (and checksum) every file of a local model.
     config_check(model_name, data.serving, data.triton_config, data.engine_args, data.source)
     check_resources(data.resources, data.engine_args)
     source = check_source(data.source, source_roots)
+    return InspectedVersion(source, profile_of(source))
+
+
+def register_version(session: Session, actor: Actor, model_name: str, data: VersionCreate,
+                     source_roots: Sequence[Path], config_check: VersionConfigCheck,
+                     engine_arg_names: Iterable[str] | None = None,
+                     inspected: InspectedVersion | None = None) -> ModelVersion:
+    """Validate and store a new version with the model's next number. Pass ``inspected``
+    (``inspect_version``, called before the transaction) so no file is read inside it."""
+    if inspected is None:
+        inspected = inspect_version(model_name, data, source_roots, config_check,
+                                    engine_arg_names)
+    source = inspected.source
     model = get_model(session, model_name, for_update=True)
     versions = VersionRepository(session)
     version = ModelVersion(model=model, number=versions.next_number(model.id), source=source.uri,
@@ -147,7 +170,7 @@ def register_version(session: Session, actor: Actor, model_name: str, data: Vers
                            triton_config=data.triton_config,
                            resources=data.resources.model_dump(mode="json"),
                            gates=data.gates.model_dump(mode="json"),
-                           model_profile=profile_of(source), checksum=source.checksum,
+                           model_profile=inspected.profile, checksum=source.checksum,
                            labels=data.labels, created_by=actor.name)
     versions.add(version)
     audit.record(session, actor, "version.register", "version", _version_target(version),

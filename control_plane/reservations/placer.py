@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 NO_INVENTORY = ("no GPU inventory: set the node's gpu_inventory (nvml, metrics:<url>, "
                 "static:<path> or simulated:<path>) to place GPU engines on it")
 ESTIMATE_RULE = "memory-estimate"
+NOT_READ = "the node's GPUs have not been read yet; try again in a few seconds"
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,8 @@ class Placer:
             return inventory
 
     def view(self, node: TritonNode) -> NodeView:
-        """The node's GPUs read now, or why they could not be."""
+        """The node's GPUs read now, or why they could not be: NVML, a node's metrics over HTTP
+        or a file, so never with a transaction open (the node's attributes are read already)."""
         inventory = self.inventory(node)
         if inventory is None:
             return NodeView(node.name, error=NO_INVENTORY)
@@ -118,7 +120,9 @@ class Placer:
     def decide(self, session: Session, version: ModelVersion, nodes: Sequence[TritonNode],
                holder: str, strategy: Strategy | None = None,
                views: dict[str, NodeView] | None = None) -> Decision:
-        """Where ``version`` would go among ``nodes``, given every booking on them; no writes."""
+        """Where ``version`` would go among ``nodes``, given every booking on them; no writes.
+        ``views`` holds each GPU node's readings, taken before the caller's transaction; a node
+        missing there is refused as unread, never read here."""
         demand = demand_of(version.engine_args, version.resources, version.model_profile)
         if not nodes:
             return Decision(demand, Refusal("no node to place on", (
@@ -135,16 +139,14 @@ class Placer:
             return Decision(demand, Refusal(
                 f"cannot place version {version.number} of '{version.model.name}' on a GPU",
                 tuple(Verdict(node.name, ESTIMATE_RULE, demand.unknown or "") for node in nodes)))
-        views = views if views is not None else {}
-        for node in nodes:
-            if node.name not in views:
-                views[node.name] = self.view(node)
+        views = views or {}
         bookings = self._reservations(session, nodes)
         request = PlacementRequest(
             holder, Device.GPU, demand.bytes_per_gpu, demand.tensor_parallel_size,
             demand.replicas, tuple(node.name for node in nodes), self.headroom_fraction,
             strategy or self.strategy)
-        outcome = place(request, [views[node.name] for node in nodes], bookings)
+        outcome = place(request, [views.get(node.name) or NodeView(node.name, error=NOT_READ)
+                                  for node in nodes], bookings)
         simulated = isinstance(outcome, Placement) and any(
             node.name == outcome.node and InventorySpec.parse(node.gpu_inventory or "").simulated
             for node in nodes)
@@ -163,7 +165,13 @@ class Placer:
 
     def book(self, deployment_id: int, number: int) -> Booking:
         """Place version ``number`` of the deployment on its node and book it; raises
-        PlacementRefused with every GPU's reason when it does not fit."""
+        PlacementRefused with every GPU's reason when it does not fit.
+
+        The node's GPUs are read first, with no transaction open; then, under the node's lock,
+        every booking is read afresh and the decision made against both."""
+        with transaction(self.session_factory, read_only=True) as session:
+            node = self._node_of(session, deployment_id)
+        before = self.view(node) if node.gpu_inventory is not None else None
         with transaction(self.session_factory) as session:
             deployment = session.get(Deployment, deployment_id)
             if deployment is None:
@@ -175,8 +183,10 @@ class Placer:
             if version is None:
                 raise PreconditionFailed(f"model '{deployment.model.name}' has no version "
                                          f"{number}")
+            if (node.gpu_inventory is None) != (before is None):
+                raise PreconditionFailed(f"node '{node.name}''s GPU inventory changed while "
+                                         "placing on it; apply the deployment again")
             spec = InventorySpec.parse(node.gpu_inventory) if node.gpu_inventory else None
-            before = self.view(node) if spec is not None else None
             existing = repository.of_deployment(deployment_id, number)
             if existing:
                 return Booking(_placement_from(node.name, existing, version), bool(
@@ -199,10 +209,18 @@ class Placer:
                 for index, r in zip(placement.gpus, placement.reservations, strict=True)])
             return Booking(placement, decision.simulated, before)
 
+    @staticmethod
+    def _node_of(session: Session, deployment_id: int) -> TritonNode:
+        deployment = session.get(Deployment, deployment_id)
+        if deployment is None:
+            raise PreconditionFailed(f"deployment {deployment_id} no longer exists")
+        return deployment.node
+
     def activate(self, deployment_id: int, number: int, before: NodeView | None) -> None:
         """Version ``number`` is loaded: its bookings are now in use, other versions' bookings
         go (Triton unloads the replaced engine; until it has, its memory counts as foreign), and
-        the memory the engine really took is compared with its booking."""
+        the memory the engine really took is compared with its booking (read after the commit,
+        with no transaction open, then written in a transaction of its own)."""
         with transaction(self.session_factory) as session:
             repository = ReservationRepository(session)
             repository.activate(deployment_id, number)
@@ -211,8 +229,10 @@ class Placer:
             if deployment is None or before is None or not deployment.node.gpu_inventory or \
                     not InventorySpec.parse(deployment.node.gpu_inventory).measures_usage:
                 return
-            after = self.view(deployment.node)
-            for row in repository.of_deployment(deployment_id, number):
+            node = deployment.node
+        after = self.view(node)
+        with transaction(self.session_factory) as session:
+            for row in ReservationRepository(session).of_deployment(deployment_id, number):
                 row.measured_bytes, row.drift_bytes = _drift(before, after, row)
             session.flush()
 

@@ -9,14 +9,15 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query, Request
 from google.protobuf import json_format
 
-from control_plane.auth.dependencies import Reader
-from control_plane.dependencies import DbSession
+from control_plane.auth.dependencies import WaitingReader
+from control_plane.db import transaction
 from control_plane.error_handlers import error_responses
 from control_plane.gpus.monitor import GpuMonitor
+from control_plane.nodes.service import get_node
 from control_plane.placement.model import NodeView, Placement, Refusal
 from control_plane.registry.schemas import MODEL_NAME_PATTERN
 from control_plane.reservations import service
-from control_plane.reservations.placer import Placer
+from control_plane.reservations.placer import NO_INVENTORY, Placer
 from control_plane.reservations.schemas import (
     BookingOut,
     DemandOut,
@@ -67,12 +68,18 @@ def _placement(placement: Placement, simulated: bool) -> PlacementOut:
 
 
 @router.post("/placements/preview", responses=error_responses(404))
-def preview_placement(body: PreviewRequest, session: DbSession, _: Reader, placer: PlacerDep
-                      ) -> PreviewOut:
+def preview_placement(body: PreviewRequest, request: Request, _: WaitingReader,
+                      placer: PlacerDep, monitor: MonitorDep) -> PreviewOut:
     """Where a version would run now, decided from the latest readings and every booking, and
     why each GPU passed over was; nothing is booked or loaded."""
-    version, decision = service.preview(session, placer, body.model, body.version, body.alias,
-                                        body.node, body.strategy)
+    factory = request.app.state.session_factory
+    # The monitor's readings, taken outside any transaction; the decision in a read-only one.
+    with transaction(factory, read_only=True) as session:
+        nodes = service.preview_nodes(session, body.node)
+    views, _taken = service.cached_views(placer, monitor.latest, nodes)
+    with transaction(factory, read_only=True) as session:
+        version, decision = service.preview(session, placer, body.model, body.version,
+                                            body.alias, nodes, views, body.strategy)
     outcome = decision.outcome
     demand = decision.demand.as_dict()
     return PreviewOut(
@@ -85,29 +92,32 @@ def preview_placement(body: PreviewRequest, session: DbSession, _: Reader, place
 
 
 @router.get("/nodes/{node}/gpus", responses=error_responses(404))
-def node_gpus(node: Name, session: DbSession, _: Reader, placer: PlacerDep,
+def node_gpus(node: Name, request: Request, _: WaitingReader, placer: PlacerDep,
               monitor: MonitorDep,
               history: Annotated[int, Query(ge=0, le=1000, description=(
                   "how many earlier readings to include, oldest first"))] = 0) -> NodeGpusOut:
     """The node's GPUs as last read, each with its bookings (drift after a load included) and
     what can still be booked; NVML or inventory errors are shown as errors, never as free
     memory."""
-    latest = monitor.latest(node)
-    view = None if latest is None else NodeView(node, latest.gpus, latest.error)
-    found = service.node_gpus(session, placer, node, view,
-                              None if latest is None else latest.taken_at)
+    factory = request.app.state.session_factory
+    with transaction(factory, read_only=True) as session:
+        found_node = get_node(session, node)
+    views, taken_at = service.cached_views(placer, monitor.latest, [found_node])
+    view = views.get(node) or NodeView(node, error=NO_INVENTORY)
     gpus = []
-    for state in found.gpus:
-        reading = dataclasses.asdict(state.reading)
-        gpus.append(GpuOut(
-            **reading, excluded=state.excluded,
-            booked_bytes=state.booked_bytes, bookable_bytes=state.bookable_bytes,
-            reservations=[GpuReservationOut(
-                model=row.deployment.model.name, alias=row.deployment.alias,
-                version=row.version, bytes=row.bytes,
-                gpu_memory_utilization=row.gpu_memory_utilization, active=row.active,
-                measured_bytes=row.measured_bytes, drift_bytes=row.drift_bytes)
-                for row in state.reservations]))
+    with transaction(factory, read_only=True) as session:
+        found = service.node_gpus(session, placer, node, view, taken_at)
+        for state in found.gpus:
+            reading = dataclasses.asdict(state.reading)
+            gpus.append(GpuOut(
+                **reading, excluded=state.excluded,
+                booked_bytes=state.booked_bytes, bookable_bytes=state.bookable_bytes,
+                reservations=[GpuReservationOut(
+                    model=row.deployment.model.name, alias=row.deployment.alias,
+                    version=row.version, bytes=row.bytes,
+                    gpu_memory_utilization=row.gpu_memory_utilization, active=row.active,
+                    measured_bytes=row.measured_bytes, drift_bytes=row.drift_bytes)
+                    for row in state.reservations]))
     earlier = monitor.history(node)[-history:] if history else []
     return NodeGpusOut(
         node=found.node.name, inventory=found.node.gpu_inventory, taken_at=found.taken_at,

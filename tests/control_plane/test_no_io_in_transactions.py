@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pytest
 from fastapi.testclient import TestClient
@@ -56,7 +56,7 @@ class OpenTransactions:
     def _end(self, _connection: Any) -> None:
         self._local.open = max(0, self.now() - 1)
 
-    def __enter__(self) -> OpenTransactions:
+    def __enter__(self) -> Self:
         event.listen(self.engine, "begin", self._begin)
         event.listen(self.engine, "commit", self._end)
         event.listen(self.engine, "rollback", self._end)

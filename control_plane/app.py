@@ -135,6 +135,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                             min_triton_version=settings.min_triton_version,
                             steps=[AdapterReconciler(adapter_actuator)], metrics=metrics,
                             node_down_after_misses=settings.node_down_after_missed_passes,
+                            parallel_loads=settings.node_parallel_loads,
                             fleet_steps=[Evacuator(session_factory, placer,
                                                    gpu_monitor.latest_all, runner.submit,
                                                    metrics)])

@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     node_down_after_missed_passes: int = Field(
         default=3, ge=1, le=100, description="reconcile passes in a row a node must miss before "
         "its deployments count as UNKNOWN and leave the gateways' routing tables")
+    node_parallel_loads: int = Field(
+        default=4, ge=1, le=64, description="loads the reconciler runs at once on one node when "
+        "it heals (a node that restarted empty gets every model back side by side)")
     reconciler_enabled: bool = Field(
         default=True, description="false: this replica serves the API but never drives Triton")
     gpu_headroom_fraction: float = Field(

@@ -90,11 +90,12 @@ class Reconciler:
                  is_leader: Callable[[], bool] = lambda: True,
                  min_triton_version: str | None = None, steps: Sequence[NodeStep] = (),
                  metrics: ControlPlaneMetrics | None = None,
-                 node_down_after_misses: int = 1, fleet_steps: Sequence[FleetStep] = ()
-                 ) -> None:
+                 node_down_after_misses: int = 1, fleet_steps: Sequence[FleetStep] = (),
+                 parallel_loads: int = 4) -> None:
         """``min_triton_version``: nodes on an older Triton are logged, once per node and
         version; None: no floor. ``steps`` run on each node that answered, after its
-        deployments; ``fleet_steps`` after every node of a pass."""
+        deployments; ``fleet_steps`` after every node of a pass. ``parallel_loads``: loads run
+        at once on one node (after its unloads)."""
         self.actuator = actuator
         self.steps = tuple(steps)
         self.fleet_steps = tuple(fleet_steps)
@@ -109,6 +110,7 @@ class Reconciler:
         self.passes = 0
         self.metrics = metrics or ControlPlaneMetrics()
         self.node_down_after_misses = node_down_after_misses
+        self.parallel_loads = parallel_loads
         # Node id -> passes in a row it did not answer (this process's view; a new leader
         # starts counting afresh).
         self._misses: dict[int, int] = {}
@@ -210,17 +212,31 @@ class Reconciler:
         report.reachable = True
         self._misses.pop(node_id, None)
         report.plan = plan_node(desired, ready, busy)
+        loads = [a for a in report.plan.actions if isinstance(a, Load)]
+        # Unloads and marks first, one by one (they free room and take milliseconds); then the
+        # loads side by side, so a node that restarted empty has all its models back in about
+        # the time of the slowest one rather than of their sum.
         for action in report.plan.actions:
-            try:
-                self._act(action)
-            except ControlPlaneError as exc:
-                report.errors.append(exc.message)
-                log.warning("reconcile %s on node %s: %s", action, endpoint.name, exc.message)
+            if not isinstance(action, Load):
+                self._act_recorded(action, endpoint.name, report)
+        if loads:
+            with ThreadPoolExecutor(max_workers=min(self.parallel_loads, len(loads)),
+                                    thread_name_prefix=f"load-{endpoint.name}") as pool:
+                list(pool.map(lambda load: self._act_recorded(load, endpoint.name, report),
+                              loads))
         for step in self.steps:
             report.steps[step.name], errors = step(node_id, endpoint)
             report.errors.extend(errors)
         self._record(node_id, NodeHealth.UP, "; ".join(report.errors), report, server_version)
         return report
+
+    def _act_recorded(self, action: Load | Unload | MarkReady | MarkUnloaded, node: str,
+                      report: NodeReport) -> None:
+        try:
+            self._act(action)
+        except ControlPlaneError as exc:
+            report.errors.append(exc.message)
+            log.warning("reconcile %s on node %s: %s", action, node, exc.message)
 
     def _server_version(self, control: TritonControl, node: str, report: NodeReport
                         ) -> str | None:

@@ -166,9 +166,12 @@ def test_one_model_on_two_nodes_survives_losing_one(
     for name, node in nodes.items():
         add_node(client, writer, name, node)
     version = add_model(client, writer, "m")
+    # A second model on node-a alone: after its restart both come back side by side.
+    second = add_model(client, writer, "m2")
 
     began = time.monotonic()
     started = [client.put(deployment_path("m", name), headers=writer) for name in nodes]
+    started.append(client.put(deployment_path("m2", "node-a"), headers=writer))
     for operation in [finished(client, writer, response) for response in started]:
         assert operation["status"] == "succeeded", operation
     note(f"two nodes: both loaded in {time.monotonic() - began:.1f} s")
@@ -188,21 +191,35 @@ def test_one_model_on_two_nodes_survives_losing_one(
     assert [item["node"] for item in ready["items"]] == ["node-b"]
     assert generate(nodes["node-b"])
 
-    # node-a comes back on its ports, empty: the reconciler loads the model there again.
+    # node-a comes back on its ports, empty: the reconciler loads both models there again, at
+    # once (LLMCP_NODE_PARALLEL_LOADS): they are seen LOADING together.
     restarted = time.monotonic()
     nodes["node-a"].start()
-    healed = wait_state(client, writer, "m", "node-a", "READY")
-    note(f"two nodes: node-a READY {time.monotonic() - restarted:.1f} s after its restart")
+    seen: list[tuple[str, str]] = []
+
+    def both_ready() -> bool:
+        states = (get_deployment(client, writer, "m", "node-a")["state"],
+                  get_deployment(client, writer, "m2", "node-a")["state"])
+        seen.append(states)
+        return states == ("READY", "READY")
+
+    wait_until(both_ready, "both models READY again on node-a", LOAD_TIMEOUT)
+    note(f"two nodes: node-a's two models READY {time.monotonic() - restarted:.1f} s after its "
+         "restart")
+    assert ("LOADING", "LOADING") in seen, seen
+    healed = get_deployment(client, writer, "m", "node-a")
     assert (healed["serving_version"], healed["error"]) == (version, None)
     assert healed["updated_by"] == "reconciler"
-    assert served(nodes["node-a"], repository_key) == {"m": {version}}
+    assert served(nodes["node-a"], repository_key) == {"m": {version}, "m2": {second}}
     assert generate(nodes["node-a"])
+    assert generate(nodes["node-a"], "m2")
 
     listed = client.get("/api/v1/deployments", headers=writer).json()
-    assert listed["total"] == 2
-    assert sorted((item["node"], item["state"], item["serving_version"])
-                  for item in listed["items"]) == [("node-a", "READY", version),
-                                                   ("node-b", "READY", version)]
+    assert listed["total"] == 3
+    assert sorted((item["model"], item["node"], item["state"], item["serving_version"])
+                  for item in listed["items"]) == [("m", "node-a", "READY", version),
+                                                   ("m", "node-b", "READY", version),
+                                                   ("m2", "node-a", "READY", second)]
 
 
 # -- a node lost in the middle of a load -------------------------------------------------------

@@ -17,6 +17,7 @@ test: setup
 lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/lint-imports
+	.venv/bin/mypy
 
 unit-test: setup
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/unit

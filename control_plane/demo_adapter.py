@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from control_plane.demo_model import MODEL_DIR, MODEL_NAME
 
 # Where each module PEFT may target sits in a Llama decoder layer, and its (in, out) features as
 # functions of the model's config.
-_MODULES = {
+_Features = Callable[[dict[str, int]], tuple[int, int]]
+_MODULES: dict[str, tuple[str, _Features]] = {
     "q_proj": ("self_attn", lambda c: (c["hidden_size"], c["num_attention_heads"] * _head(c))),
     "k_proj": ("self_attn", lambda c: (c["hidden_size"], c["num_key_value_heads"] * _head(c))),
     "v_proj": ("self_attn", lambda c: (c["hidden_size"], c["num_key_value_heads"] * _head(c))),

@@ -37,7 +37,8 @@ def main() -> None:
         tensor("sampling_parameters", json.dumps({"max_tokens": args.max_tokens}).encode(), "BYTES"),
         tensor("return_finish_reason", True, "BOOL"),
     ]
-    responses: queue.Queue[tuple[object, object]] = queue.Queue()
+    # The result is None only beside an error.
+    responses: queue.Queue[tuple[grpcclient.InferResult, Exception | None]] = queue.Queue()
     client = grpcclient.InferenceServerClient(args.url)
     headers = {"authorization": f"Bearer {args.api_key}"} if args.api_key else None
     client.start_stream(callback=lambda result, error: responses.put((result, error)),

@@ -140,7 +140,8 @@ class GatewayProcess:
                                          headers={"Authorization": f"Bearer {key}"})
         try:
             with urllib.request.urlopen(request, timeout=2) as response:
-                return response.status == 200
+                status: int = response.status
+                return status == 200
         except (urllib.error.URLError, OSError):
             return False
 

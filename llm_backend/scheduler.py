@@ -188,7 +188,11 @@ class AdmissionScheduler(Generic[T]):
                 victim = self._victim_for(head)
                 if victim is None or (self.cancelled is not None and self.cancelled(head.item)):
                     continue
-                queue.remove_where(lambda waiting, head=head: waiting is head)
+                # A def, not a lambda with a default: mypy cannot type a lambda's default.
+                def is_head(waiting: Waiting[T], head: Waiting[T] = head) -> bool:
+                    return waiting is head
+
+                queue.remove_where(is_head)
                 self._begin(head, replacing=victim, preemptions=head.preemptions)
                 return  # one at a time: the holdings changed
 

@@ -3,9 +3,10 @@ each deployment with the state they are in there."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any
 
 from sqlalchemy import JSON, Boolean, ForeignKey, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
@@ -50,7 +51,7 @@ class Adapter(Base):
     revision: Mapped[int] = mapped_column(Integer)
 
     # The ETag; bumped by any UPDATE (optimistic locking), though an adapter is never changed.
-    __mapper_args__: ClassVar[dict[str, Any]] = {"version_id_col": revision}
+    __mapper_args__: Mapping[str, Any] = {"version_id_col": revision}
 
     version: Mapped[ModelVersion] = relationship()
 

@@ -3,6 +3,7 @@ transaction commits."""
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,7 +45,8 @@ class AdapterRepository:
             .order_by(Adapter.name).limit(limit).offset(offset)).all()
         return page, total or 0
 
-    def versions_with(self, model_id: int, name: str) -> list[int]:
+    # builtins.list: in the class's scope ``list`` is the method above.
+    def versions_with(self, model_id: int, name: str) -> builtins.list[int]:
         """The numbers of the model's versions that have an adapter called ``name``."""
         return list(self.session.scalars(
             select(ModelVersion.number).join(Adapter, Adapter.version_id == ModelVersion.id)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -45,7 +46,7 @@ class ScalingPolicyRow(Base):
     # The ETag; bumped by every UPDATE (optimistic locking).
     revision: Mapped[int] = mapped_column(Integer, server_default=text("1"))
 
-    __mapper_args__: ClassVar[dict[str, Any]] = {"version_id_col": revision}
+    __mapper_args__: Mapping[str, Any] = {"version_id_col": revision}
 
 
 class ScalingDecisionRow(Base):

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any
 
 from sqlalchemy import JSON, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
@@ -32,4 +33,4 @@ class TritonNode(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     revision: Mapped[int] = mapped_column(Integer)
 
-    __mapper_args__: ClassVar[dict[str, Any]] = {"version_id_col": revision}
+    __mapper_args__: Mapping[str, Any] = {"version_id_col": revision}

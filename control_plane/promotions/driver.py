@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -31,8 +31,14 @@ log = logging.getLogger(__name__)
 # Measures one request to a Triton model: (grpc_url, triton_name, prompt, max_tokens, temperature,
 # lora_name).
 Observe = Callable[[str, str, str, int, float, str | None], Observation]
-# Called in the transaction that ends a promotion (the webhook outbox), then after it commits.
-Publish = Callable[[Session, str, dict[str, Any]], None]
+
+
+class Publish(Protocol):
+    """Called in the transaction that ends a promotion (the webhook outbox), then after it
+    commits. What it returns (the outbox's event) goes unused, so any return type will do."""
+
+    def __call__(self, session: Session, event_type: str, payload: dict[str, Any], /) -> object:
+        ...
 
 
 class PromotionDriver:

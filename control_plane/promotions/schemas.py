@@ -121,8 +121,11 @@ class PromotionOut(BaseModel):
                    version=promotion.version, from_version=promotion.from_version,
                    adapter=promotion.adapter, state=PromotionState(promotion.state),
                    failed_step=promotion.failed_step,
-                   error=promotion.error, steps=promotion.steps,
-                   gate_results=promotion.gate_results, nodes=promotion.nodes,
+                   error=promotion.error,
+                   steps=[StepOut.model_validate(step) for step in promotion.steps],
+                   gate_results=[GateResultOut.model_validate(result)
+                                 for result in promotion.gate_results],
+                   nodes=promotion.nodes,
                    requested_by=promotion.requested_by, ci_run_url=promotion.ci_run_url,
                    git_sha=promotion.git_sha, created_at=promotion.created_at,
                    updated_at=promotion.updated_at, finished_at=promotion.finished_at)

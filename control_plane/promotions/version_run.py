@@ -74,6 +74,8 @@ class VersionRun(PromotionRun):
                     session, self.actor, self.model, create, self.driver.source_roots,
                     config_builder.check, inspected=inspected)
                 promotion.version = version.number
+            # Without a version a promotion carries a manifest, registered just above.
+            assert promotion.version is not None, "a promotion names a version or a manifest"
             version = registry.get_version(session, self.model, promotion.version)
             number = version.number
             if version.state == VersionState.ARCHIVED:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any
 
 from sqlalchemy import JSON, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
@@ -30,7 +31,7 @@ class Model(Base):
     # Bumped by every UPDATE, which also requires the old value: the ETag, and optimistic locking.
     revision: Mapped[int] = mapped_column(Integer)
 
-    __mapper_args__: ClassVar[dict[str, Any]] = {"version_id_col": revision}
+    __mapper_args__: Mapping[str, Any] = {"version_id_col": revision}
 
     versions: Mapped[list[ModelVersion]] = relationship(
         back_populates="model", cascade="all, delete-orphan", passive_deletes=True)
@@ -68,7 +69,7 @@ class ModelVersion(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     revision: Mapped[int] = mapped_column(Integer)
 
-    __mapper_args__: ClassVar[dict[str, Any]] = {"version_id_col": revision}
+    __mapper_args__: Mapping[str, Any] = {"version_id_col": revision}
 
     model: Mapped[Model] = relationship(back_populates="versions")
 
@@ -87,7 +88,7 @@ class ModelAlias(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     revision: Mapped[int] = mapped_column(Integer)
 
-    __mapper_args__: ClassVar[dict[str, Any]] = {"version_id_col": revision}
+    __mapper_args__: Mapping[str, Any] = {"version_id_col": revision}
 
     version: Mapped[ModelVersion] = relationship()
 

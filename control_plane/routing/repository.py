@@ -49,7 +49,7 @@ class RoutingRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def routable(self) -> Sequence[Row[Any]]:
+    def routable(self) -> Sequence[Row[*tuple[Any, ...]]]:
         """One row per deployment that answers requests now, by model, alias and node."""
         return self.session.execute(_ROUTABLE).all()
 

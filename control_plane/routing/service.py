@@ -59,7 +59,7 @@ def revision_of(models: list[RoutedModel], tenants: list[RoutedTenant]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _model(rows: list[Row[Any]], adapters: dict[int, list[str]]) -> RoutedModel:
+def _model(rows: list[Row[*tuple[Any, ...]]], adapters: dict[int, list[str]]) -> RoutedModel:
     first = rows[0]
     max_model_len = first.engine_args.get("max_model_len")
     endpoints = [RoutedEndpoint(node=row.node, http_url=urlsplit(row.http_url).netloc,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any
 
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
@@ -48,7 +49,7 @@ class Tenant(Base):
     # The ETag; bumped by every UPDATE (optimistic locking).
     revision: Mapped[int] = mapped_column(Integer, server_default=text("1"))
 
-    __mapper_args__: ClassVar[dict[str, Any]] = {"version_id_col": revision}
+    __mapper_args__: Mapping[str, Any] = {"version_id_col": revision}
 
 
 class InferenceApiKey(Base):

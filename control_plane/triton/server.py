@@ -139,7 +139,8 @@ class TritonServer:
     def is_live(self) -> bool:
         try:
             with urllib.request.urlopen(f"http://{self.http_url}/v2/health/live", timeout=1) as resp:
-                return resp.status == 200
+                status: int = resp.status
+                return status == 200
         except (urllib.error.URLError, OSError):
             return False
 

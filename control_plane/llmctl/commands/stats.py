@@ -11,7 +11,7 @@ from control_plane.llmctl.invocation import invocation, segment
 
 def _ms(quantiles: dict[str, float | None]) -> str:
     """``p50/p95`` in milliseconds; ``-`` for a quantile with nothing counted."""
-    return "/".join("-" if quantiles[key] is None else f"{quantiles[key] * 1000:.0f}"
+    return "/".join("-" if (seconds := quantiles[key]) is None else f"{seconds * 1000:.0f}"
                     for key in ("p50", "p95"))
 
 

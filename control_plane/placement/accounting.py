@@ -20,7 +20,8 @@ An engine is booked for what vLLM will really take: vLLM sizes itself from
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Collection, Iterable
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -47,37 +48,84 @@ EMPTY_BOOK = GpuBook()
 
 
 class Ledger:
-    """The reservations added up per GPU (matched by node and UUID), for a request of ``holder``."""
+    """The reservations added up per GPU (matched by node and UUID), kept current as reservations
+    are added and removed, so a decision reads the sums instead of adding them up again."""
 
-    # Built on every decision over a few thousand reservations and read for every GPU of the
-    # fleet: plain dicts of numbers while adding up, then one immutable GpuBook per booked GPU,
+    # Read for every GPU of the fleet on every decision: one immutable GpuBook per booked GPU,
     # filed by node so a GPU costs one look-up. Tuples of numbers are objects the garbage
-    # collector stops tracking, so a decision leaves nothing behind that brings on full
+    # collector stops tracking, so the books leave nothing behind that brings on full
     # collections (tens of milliseconds in a large process).
-    def __init__(self, reservations: Sequence[Reservation], holder: str) -> None:
-        booked: dict[tuple[str, str], int] = {}
-        active: dict[tuple[str, str], int] = {}
-        get_booked, get_active = booked.get, active.get
-        for reservation in reservations:
-            key = (reservation.node, reservation.gpu_uuid)
-            booked[key] = get_booked(key, 0) + reservation.bytes
-            if reservation.active:
-                active[key] = get_active(key, 0) + reservation.bytes
-        held = {(r.node, r.gpu_uuid) for r in reservations if r.holder == holder}
+    def __init__(self, reservations: Iterable[Reservation] = (),
+                 holder: str | None = None) -> None:
+        # ``holder``: whose engines ``book()`` reports by default (anti-affinity's question).
+        self.holder = holder
         self._nodes: dict[str, dict[str, GpuBook]] = {}
-        for key, total in booked.items():
-            self._nodes.setdefault(key[0], {})[key[1]] = GpuBook(total, get_active(key, 0),
-                                                                  key in held)
+        # Every reservation held, counted: a release must name one that was added.
+        self._held: Counter[Reservation] = Counter()
+        # Per holder, the GPUs holding its engines and how many engines each.
+        self._holders: dict[str, Counter[tuple[str, str]]] = {}
+        for reservation in reservations:
+            self.add(reservation)
+
+    def add(self, reservation: Reservation) -> None:
+        books = self._nodes.setdefault(reservation.node, {})
+        book = books.get(reservation.gpu_uuid, EMPTY_BOOK)
+        books[reservation.gpu_uuid] = GpuBook(
+            book.booked + reservation.bytes,
+            book.active + (reservation.bytes if reservation.active else 0))
+        self._held[reservation] += 1
+        self._holders.setdefault(reservation.holder, Counter())[
+            (reservation.node, reservation.gpu_uuid)] += 1
+
+    def remove(self, reservation: Reservation) -> None:
+        """Take back one ``reservation`` added before; KeyError if there is none."""
+        if not self._held[reservation]:
+            raise KeyError(f"no such reservation to release: {reservation}")
+        self._held[reservation] -= 1
+        if not self._held[reservation]:
+            del self._held[reservation]
+        books = self._nodes[reservation.node]
+        book = books[reservation.gpu_uuid]
+        left = GpuBook(book.booked - reservation.bytes,
+                       book.active - (reservation.bytes if reservation.active else 0))
+        key = (reservation.node, reservation.gpu_uuid)
+        gpus = self._holders[reservation.holder]
+        gpus[key] -= 1
+        if not gpus[key]:
+            del gpus[key]
+            if not gpus:
+                del self._holders[reservation.holder]
+        if left != EMPTY_BOOK:
+            books[reservation.gpu_uuid] = left
+        else:
+            del books[reservation.gpu_uuid]
+            if not books:
+                del self._nodes[reservation.node]
 
     def node(self, name: str) -> dict[str, GpuBook]:
-        """The books of a node's GPUs by UUID; GPUs with no reservation are absent."""
+        """The books of a node's GPUs by UUID (``holds_holder`` unset); GPUs with no reservation
+        are absent."""
         return self._nodes.get(name, _NO_BOOKS)
 
-    def book(self, node: str, gpu_uuid: str) -> GpuBook:
-        return self.node(node).get(gpu_uuid, EMPTY_BOOK)
+    def held_by(self, holder: str) -> Collection[tuple[str, str]]:
+        """The GPUs, as ``(node, uuid)``, that hold an engine of ``holder``."""
+        return self._holders.get(holder, _NO_GPUS)
+
+    def book(self, node: str, gpu_uuid: str, holder: str | None = None) -> GpuBook:
+        """One GPU's book, ``holds_holder`` answered for ``holder`` (default: the ledger's)."""
+        book = self.node(node).get(gpu_uuid, EMPTY_BOOK)
+        holder = holder if holder is not None else self.holder
+        if holder is not None and (node, gpu_uuid) in self.held_by(holder):
+            return book._replace(holds_holder=True)
+        return book
+
+    def reservations(self) -> list[Reservation]:
+        """Every reservation held, each as often as it was added."""
+        return list(self._held.elements())
 
 
 _NO_BOOKS: dict[str, GpuBook] = {}
+_NO_GPUS: Counter[tuple[str, str]] = Counter()
 
 
 def usable_bytes(total: int, headroom_fraction: float) -> int:
@@ -85,7 +133,10 @@ def usable_bytes(total: int, headroom_fraction: float) -> int:
 
 
 def foreign_bytes(used: int, book: GpuBook) -> int:
-    return max(0, used - book.active)
+    # Not max(): asked for every GPU of the fleet on every decision, and a builtin call costs
+    # more than the comparison.
+    active = book.active
+    return used - active if used > active else 0
 
 
 def utilization_for(bytes_per_gpu: int, total: int) -> float:

@@ -50,11 +50,29 @@ NODE_ALLOWED = NodeAllowed()
 NODE_FILTERS: tuple[NodeFilter, ...] = (NODE_ALLOWED, INVENTORY_READABLE)
 # Cheapest and most telling first: an operator's exclusion explains more than "does not fit".
 GPU_FILTERS: tuple[GpuFilter, ...] = (GpuNotExcluded(), GpuHealthy(), AntiAffinity(), FitsMemory())
+# The first GPU rules read only the node's readings, never the request or the bookings (a test
+# holds them to it): a kept FleetState checks them once per reading, not once per decision.
+READING_GPU_FILTERS: tuple[GpuFilter, ...] = GPU_FILTERS[:2]
+# The rest, checked per decision.
+BOOKING_GPU_FILTERS: tuple[GpuFilter, ...] = GPU_FILTERS[2:]
 # Checked on the GPUs that passed GPU_FILTERS.
 CAPACITY_FILTERS: tuple[CapacityFilter, ...] = (TensorParallel(),)
 
 RULES: tuple[Rule, ...] = (*NODE_FILTERS, *GPU_FILTERS, *CAPACITY_FILTERS)
 RULE_NAMES: frozenset[str] = frozenset(rule.name for rule in RULES)
 
-__all__ = ["CAPACITY_FILTERS", "GPU_FILTERS", "INVENTORY_READABLE", "NODE_ALLOWED", "NODE_FILTERS",
-           "RULES", "RULE_NAMES", "CapacityFilter", "GpuFilter", "NodeFilter", "Rule"]
+__all__ = [
+    "BOOKING_GPU_FILTERS",
+    "CAPACITY_FILTERS",
+    "GPU_FILTERS",
+    "INVENTORY_READABLE",
+    "NODE_ALLOWED",
+    "NODE_FILTERS",
+    "READING_GPU_FILTERS",
+    "RULES",
+    "RULE_NAMES",
+    "CapacityFilter",
+    "GpuFilter",
+    "NodeFilter",
+    "Rule",
+]

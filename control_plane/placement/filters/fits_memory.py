@@ -32,21 +32,15 @@ class FitsMemory:
         total, used = memory
         needed, usable = engine_fit(request.bytes_per_gpu, request.headroom_fraction, total)
         foreign = foreign_bytes(used, book)
-        bookable = usable - book.booked - foreign
-        if needed <= bookable:
+        if needed <= usable - book.booked - foreign:
             return None
-        return _needs(needed) + _bookable(total, usable, book.booked, foreign)
+        return _detail(needed, total, usable, book.booked, foreign)
 
 
 # Most of a busy fleet fails this rule on every decision, and a GPU's figures change only when
 # its bookings do: the texts are cached rather than formatted a thousand times per decision.
-@lru_cache(maxsize=1024)
-def _needs(needed: int) -> str:
-    return f"needs {gib(needed)}, "
-
-
-@lru_cache(maxsize=8192)
-def _bookable(total: int, usable: int, booked: int, foreign: int) -> str:
-    return (f"{gib(max(0, usable - booked - foreign))} bookable: {gib(total)} total"
-            f" - {gib(total - usable)} headroom - {gib(booked)} booked"
+@lru_cache(maxsize=16384)
+def _detail(needed: int, total: int, usable: int, booked: int, foreign: int) -> str:
+    return (f"needs {gib(needed)}, {gib(max(0, usable - booked - foreign))} bookable: "
+            f"{gib(total)} total - {gib(total - usable)} headroom - {gib(booked)} booked"
             f" - {gib(foreign)} used by others")

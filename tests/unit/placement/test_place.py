@@ -242,3 +242,13 @@ def test_unreadable_gpu_beside_healthy_ones() -> None:
     placement = _placed(place(request(20), fleet, []))
     assert placement.engines == ((1,),)
     assert placement.passed_over[0].rule == "gpu-healthy"
+
+
+def test_a_small_engine_opens_the_largest_empty_gpu_a_large_one_the_tightest() -> None:
+    # 10 GiB would leave 12.8 GiB of a 24 GiB GPU that little else fits; on a 141 GiB GPU the
+    # room takes the next engines. 20 GiB fills the 24 GiB GPU: it takes that one.
+    fleet = [node("a", [24]), node("b", [141]), node("c", [80])]
+    assert _placed(place(request(10), fleet, [])).node == "b"
+    assert _placed(place(request(20), fleet, [])).node == "a"
+    # Once b runs something, it is filled before any empty GPU is opened.
+    assert _placed(place(request(20), fleet, [booked("b", 0, 10)])).node == "b"

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from control_plane.gpus.readings import GpuHealth, GpuReading
+from control_plane.placement.accounting import Ledger
 from control_plane.placement.filters import RULE_NAMES
 from control_plane.placement.model import (
     Device,
@@ -21,7 +22,8 @@ from control_plane.placement.model import (
     Reservation,
     Strategy,
 )
-from control_plane.placement.place import place
+from control_plane.placement.place import place, place_on_fleet
+from control_plane.placement.state import FleetState
 
 from .fleet import GIB
 
@@ -151,3 +153,50 @@ def test_placement_is_deterministic_whatever_the_input_order(
     shuffler.shuffle(shuffled_views)  # type: ignore[attr-defined]
     shuffler.shuffle(shuffled_reservations)  # type: ignore[attr-defined]
     assert place(request, shuffled_views, shuffled_reservations) == first
+
+
+@st.composite
+def bookings(draw: st.DrawFn) -> tuple[list[NodeView], list[tuple[bool, Reservation]]]:
+    """A fleet and a sequence of steps: book a new reservation, or release one booked before."""
+    views, _ = draw(fleets())
+    uuids = [(view.name, gpu.uuid) for view in views for gpu in view.gpus] or [("n0", "GPU-gone")]
+    steps: list[tuple[bool, Reservation]] = []
+    live: list[Reservation] = []
+    for _ in range(draw(st.integers(0, 30))):
+        if live and draw(st.integers(0, 2)) == 0:
+            steps.append((False, live.pop(draw(st.integers(0, len(live) - 1)))))
+        else:
+            where = draw(st.sampled_from(uuids))
+            reservation = Reservation(where[0], where[1], draw(st.integers(1, 40 * GIB)),
+                                      draw(st.sampled_from(HOLDERS)), draw(st.booleans()))
+            live.append(reservation)
+            steps.append((True, reservation))
+    return views, steps
+
+
+@PROPERTY
+@given(bookings(), requests())
+def test_a_kept_fleet_state_decides_as_a_fresh_one(
+        fleet: tuple[list[NodeView], list[tuple[bool, Reservation]]],
+        request: PlacementRequest) -> None:
+    views, steps = fleet
+    state = FleetState(views)
+    live: Counter[Reservation] = Counter()
+    for booking, reservation in steps:
+        if booking:
+            state.book([reservation])
+            live[reservation] += 1
+        else:
+            state.release([reservation])
+            live[reservation] -= 1
+    fresh = Ledger(live.elements())
+    assert Counter(state.ledger.reservations()) == +live
+    for view in views:
+        assert state.ledger.node(view.name) == fresh.node(view.name)
+        for gpu in view.gpus:
+            for holder in HOLDERS:
+                assert state.ledger.book(view.name, gpu.uuid, holder) == \
+                    fresh.book(view.name, gpu.uuid, holder)
+    # Also after a decision has cached the nodes' reading verdicts.
+    assert place_on_fleet(request, state) == place(request, views, list(live.elements()))
+    assert place_on_fleet(request, state) == place(request, views, list(live.elements()))

@@ -92,3 +92,20 @@ def test_best_choice_breaks_ties_by_node_name_then_gpu_index() -> None:
     tied = best_choice([choice("b", 1, ((0,),)), choice("a", 1, ((3,),))])
     assert tied is not None and tied.node == "a"
     assert best_choice([]) is None
+
+
+@pytest.mark.parametrize(("candidates", "expected"), [
+    # In use beats empty, however tight the empty GPU would be.
+    ([Candidate(0, 24 * GIB, 1 * GIB), Candidate(1, 80 * GIB, 50 * GIB, in_use=True)], 1),
+    # A large engine (fills >= 3/4 of the 24 GiB GPU) takes the tightest such empty GPU.
+    ([Candidate(0, 140 * GIB, 120 * GIB), Candidate(1, 24 * GIB, 2 * GIB)], 1),
+    # A small engine opens the largest GPU, whose room takes the next engines.
+    ([Candidate(0, 24 * GIB, 19 * GIB), Candidate(1, 140 * GIB, 135 * GIB),
+      Candidate(2, 80 * GIB, 75 * GIB)], 1),
+    # Exactly three quarters counts as filling the GPU.
+    ([Candidate(0, 140 * GIB, 100 * GIB), Candidate(1, 80 * GIB, 20 * GIB)], 1),
+], ids=["in-use-first", "large-engine-tightest", "small-engine-largest", "three-quarters"])
+def test_best_fit_opens_the_tightest_gpu_it_fills_else_the_largest(
+        candidates: list[Candidate], expected: int) -> None:
+    best = min(candidates, key=lambda c: (BestFit().key(c), c.gpu_index))
+    assert best.gpu_index == expected

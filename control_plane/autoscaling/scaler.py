@@ -34,19 +34,13 @@ from control_plane.nodes.repository import NodeRepository
 from control_plane.operations.runner import OperationRunner
 from control_plane.promotions.repository import PromotionRepository
 from control_plane.registry.orm import Model
-from control_plane.stats import readings
-from control_plane.stats.aggregate import Part, growth, summarize
+from control_plane.stats.aggregate import Part, WindowStats, growth, summarize
 from control_plane.stats.poller import NodeMetricsPoller
 
 log = logging.getLogger(__name__)
 ACTOR = Actor(name="autoscaler", scope=Scope.ADMIN)
 # Deployments that count as engines: serving, or on their way to it.
 COUNTED = (DeploymentState.PENDING, DeploymentState.LOADING, DeploymentState.READY)
-# Triton forgets an unloaded model at once, but its engine processes exit 5-25 s later (measured
-# on a 2-core machine under load), and a new engine of the same model started on the node
-# meanwhile was seen to hang in its start for good: the alias goes back to a node it left only
-# after this long.
-ENGINE_EXIT_S = 45.0
 PRUNE_EVERY_S = 60.0
 
 
@@ -72,8 +66,6 @@ class AliasView:
     # Nodes not seen down that hold no engine of the alias, fewest deployments first: where an
     # engine can be added.
     free_nodes: list[str]
-    # Free nodes the alias left less than ENGINE_EXIT_S ago, with the seconds left.
-    settling: dict[str, float]
 
 
 class Autoscaler:
@@ -159,17 +151,7 @@ class Autoscaler:
         if busy is None and promotion is not None:
             busy = f"promotion {promotion.id} of the model is running"
         taken = {d.node_id for d in wanted}
-        now = utcnow()
-        left = {d.node_id: ENGINE_EXIT_S - (now - d.updated_at).total_seconds()
-                for d in every if not d.wanted and d.state == DeploymentState.UNLOADED}
-        free, settling = [], {}
-        for node_id, name, load in fleet.nodes:
-            if node_id in taken:
-                continue
-            if left.get(node_id, 0.0) > 0:
-                settling[name] = left[node_id]
-            else:
-                free.append((load, name))
+        free = sorted((load, name) for node_id, name, load in fleet.nodes if node_id not in taken)
         model = session.get(Model, row.model_id)
         return AliasView(
             row.id, "" if model is None else model.name, row.alias,
@@ -179,21 +161,17 @@ class Autoscaler:
                           scale_down_window_s=row.scale_down_window_s,
                           cooldown_s=row.cooldown_s),
             None if row.last_change_at is None else row.last_change_at.timestamp(),
-            engines, busy, [name for _, name in sorted(free)], settling)
+            engines, busy, [name for _, name in free])
 
     def _reading(self, view: AliasView) -> float | None:
         """The policy's metric now over the alias's engines; None if a node was not read."""
         if not view.engines:
             return 0.0
         if view.policy.metric is ScalingMetric.WAITING_PER_ENGINE:
-            waiting = 0.0
-            for engine in view.engines:
-                pair = self.poller.pair(engine.node, self.poller.interval_s)
-                if isinstance(pair, str):
-                    return None
-                series = pair[1].by_model.get(engine.triton_model, {})
-                waiting += sum(v for (name, _), v in series.items() if name == readings.WAITING)
-            return waiting / len(view.engines)
+            gauges = [self._gauges(engine) for engine in view.engines]
+            if any(g is None for g in gauges):
+                return None
+            return sum(sum(g.waiting.values()) for g in gauges if g) / len(view.engines)
         parts = []
         # A few polls: enough requests for a p95, recent enough to follow the load.
         window = 3 * self.poller.interval_s
@@ -228,11 +206,6 @@ class Autoscaler:
                         _, operation = deployments.apply(session, ACTOR, view.model, view.alias,
                                                          record.node)
                         operation_id = operation.id
-                    elif view.settling:
-                        node, seconds = min(view.settling.items(), key=lambda item: item[1])
-                        record.error = (f"the alias left node {node} moments ago; it goes back "
-                                        f"there in {seconds:.0f} s, once the old engine has "
-                                        "exited")
                     else:
                         record.error = ("no node to add an engine on: every node not seen "
                                         "down already serves the alias, or none is registered; "
@@ -265,14 +238,19 @@ class Autoscaler:
         """The engine with the least work now (draining it then loses the least), loading ones
         first."""
         def load(engine: Engine) -> tuple[int, float]:
-            pair = self.poller.pair(engine.node, self.poller.interval_s)
-            work = 0.0
-            if not isinstance(pair, str):
-                series = pair[1].by_model.get(engine.triton_model, {})
-                work = sum(v for (name, _), v in series.items()
-                           if name in (readings.WAITING, readings.RUNNING))
+            gauges = self._gauges(engine)
+            work = 0.0 if gauges is None else (sum(gauges.waiting.values()) +
+                                               sum(gauges.running.values()))
             return (0 if engine.state != DeploymentState.READY else 1), work
         return min(view.engines, key=load).node
+
+    def _gauges(self, engine: Engine) -> WindowStats | None:
+        """The engine's waiting and running requests at the last poll; None if its node was not
+        read."""
+        pair = self.poller.pair(engine.node, self.poller.interval_s)
+        if isinstance(pair, str):
+            return None
+        return summarize([Part({}, pair[1].by_model.get(engine.triton_model, {}), 0.0)])
 
 
 @dataclass(frozen=True)
@@ -286,7 +264,8 @@ class _Fleet:
     @classmethod
     def read(cls, session: Session) -> _Fleet:
         repository = DeploymentRepository(session)
-        return cls([(node.id, node.name, repository.count_of_node(node.id))
+        counts = repository.count_by_node()
+        return cls([(node.id, node.name, counts.get(node.id, 0))
                     for node in NodeRepository(session).all() if _up(repository, node.id)],
                    deployments.busy_deployment_ids(session))
 

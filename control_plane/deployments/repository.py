@@ -48,9 +48,11 @@ class DeploymentRepository:
         return self.session.scalar(select(func.count()).select_from(Deployment).where(
             Deployment.model_id == model_id, Deployment.wanted.is_(True))) or 0
 
-    def count_of_node(self, node_id: int) -> int:
-        return self.session.scalar(select(func.count()).select_from(Deployment).where(
-            Deployment.node_id == node_id)) or 0
+    def count_by_node(self) -> dict[int, int]:
+        """Deployments per node id, the ones being removed included; nodes with none absent."""
+        rows = self.session.execute(select(Deployment.node_id, func.count())
+                                    .group_by(Deployment.node_id)).all()
+        return {int(node_id): int(count) for node_id, count in rows}
 
     def count_by_state(self) -> dict[str, int]:
         """Deployments per state, the ones being removed included."""

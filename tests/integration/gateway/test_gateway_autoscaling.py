@@ -53,17 +53,13 @@ def test_an_idle_engine_is_drained_and_a_queue_adds_one_back(stack: Stack) -> No
         assert light.failures == [] and light.ok > 0, light.failures[:3]
 
         # Twelve clients against the engine's three slots: a queue of about nine for the 4 s
-        # window adds an engine back, on the free node, once the old engine there has had time
-        # to exit (a new one started beside it was seen to hang).
+        # window adds an engine back, on the free node (the one just left: no waiting period).
         with Load(stack, clients=12, max_tokens=24, prompt=PROMPT) as heavy:
             assert wait_until(lambda: len(engines(stack)) == 2, 180, interval=1), \
                 decisions(stack)[:3]
-            waited = [d for d in decisions(stack) if d["error"] and "goes back there" in
-                      d["error"]]
             queued_on_one = waiting_per_engine(stack)
             added = next(d for d in decisions(stack) if d["action"] == "scale_up")
             assert "stayed above 2" in added["reason"] and added["node"] == removed["node"]
-            assert waited, "the scale-up went back to the node at once"
             assert queued_on_one > POLICY["target"], queued_on_one
             assert wait_until(lambda: set(engines(stack).values()) == {"READY"}, 600,
                               interval=1), engines(stack)

@@ -35,6 +35,7 @@ from control_plane.gpus.readings import GpuInventory
 from control_plane.leader import LeaderElection, LeaderLock
 from control_plane.metrics.registry import ControlPlaneMetrics
 from control_plane.metrics.state import StateCollector
+from control_plane.nodes.lock import NodeLocks
 from control_plane.nodes.repository import NodeRepository
 from control_plane.nodes.routes import router as nodes_router
 from control_plane.operations.routes import router as operations_router
@@ -114,7 +115,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
 
     session_factory = make_session_factory(engine)
     metrics = ControlPlaneMetrics()
-    runner = OperationRunner(session_factory, metrics=metrics)
+    runner = OperationRunner(session_factory, metrics=metrics,
+                             lease_s=settings.operation_lease_seconds)
     runner.register(validation.KIND, validation.make_work(settings.source_roots))
     placer = Placer(session_factory, headroom_fraction=settings.gpu_headroom_fraction,
                     strategy=settings.placement_strategy, metrics=metrics)
@@ -127,7 +129,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     monitor_users: list[None] = []
     webhook_sender = WebhookSender.from_settings(session_factory, settings, metrics)
     actuator = Actuator(session_factory, node_control.connect, config_builder.load_request,
-                        placer=placer)
+                        placer=placer,
+                        node_locks=NodeLocks(engine.url.render_as_string(hide_password=False)))
     adapter_actuator = AdapterActuator(session_factory, adapter_control.connect)
     elections: list[LeaderElection] = []
     reconciler = Reconciler(actuator, interval_s=settings.reconcile_interval_seconds,
@@ -164,9 +167,10 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # Every process claims operations and adopts promotions; the database decides who runs
+        # which (claims with leases, a lock per promotion), so API workers and replicas can be
+        # added freely.
         runner.start()
-        # After the runner has failed what a previous run left unfinished: a resumed promotion
-        # then finds every operation it started ended.
         promotion_driver.start()
         # One monitor however many servers run this app (tests open several clients on one).
         monitor_users.append(None)

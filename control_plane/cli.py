@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 import uvicorn
+from fastapi import FastAPI
 
 from control_plane import migrate as migrations
 from control_plane.app import create_app
@@ -62,13 +63,28 @@ def serve(
     access_log: Annotated[bool, typer.Option(
         help="log a line per request; off by default, as it cost ~2% of a version list's CPU "
              "(errors are logged either way)")] = False,
+    workers: Annotated[int | None, typer.Option(
+        min=1, max=64, help="worker processes (default LLMCP_WORKERS, 1); several use more "
+                            "cores, and any number of replicas may share one database")] = None,
 ) -> None:
     """Serve the admin REST API (migrate first)."""
     settings = Settings()
-    application = create_app(settings)
+    count = workers or settings.workers
+    if count == 1:
+        uvicorn.run(worker_app(settings), host=settings.host, port=settings.port,
+                    access_log=access_log)
+        return
+    # Each worker builds its own app (its engine, runner, leader contender) after the fork.
+    uvicorn.run("control_plane.cli:worker_app", factory=True, workers=count,
+                host=settings.host, port=settings.port, access_log=access_log)
+
+
+def worker_app(settings: Settings | None = None) -> FastAPI:
+    """The app of one API worker process."""
+    application = create_app(settings or Settings())
     # What is loaded by now (modules, the app, SQLAlchemy's mappers) lives as long as the process.
     # Frozen, it is left out of garbage collection; otherwise each full collection scans all of it
     # while holding the GIL, stalling every request in flight at once.
     gc.collect()
     gc.freeze()
-    uvicorn.run(application, host=settings.host, port=settings.port, access_log=access_log)
+    return application

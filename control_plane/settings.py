@@ -59,10 +59,17 @@ class Settings(BaseSettings):
         default=15.0, gt=0, description="how often the autoscaler decides for every policy")
     autoscale_keep_decisions_hours: float = Field(
         default=24.0, gt=0, description="how long the autoscaler's decisions are kept")
+    operation_lease_seconds: float = Field(
+        default=15.0, ge=1, le=600, description="a running operation whose process has not "
+        "renewed its claim for this long (killed, cut off from the database) is failed as "
+        "interrupted by another process; renewed every third of it")
     promotion_step_timeout_seconds: float = Field(
         default=900.0, gt=0, description="how long one promotion step may wait for its loads")
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
+    workers: int = Field(
+        default=1, ge=1, le=64, description="API worker processes of `llm-control-plane serve`; "
+        "each claims operations from the database, one of all replicas' reconciles")
     webhook_poll_interval_seconds: float = Field(
         default=1.0, gt=0, description="how often the webhook sender looks for due deliveries")
     webhook_timeout_seconds: float = Field(

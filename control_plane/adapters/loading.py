@@ -51,11 +51,13 @@ def snapshot(row: DeploymentAdapter) -> dict[str, Any]:
             "version": row.adapter.version.number, "state": row.state, "routed": row.routed}
 
 
+LOCK_PREFIX = "deployment_adapter:"
+
+
 def busy_row_ids(session: Session) -> set[int]:
     """Wanted adapters an unfinished operation is working on; the reconciler leaves them alone."""
-    return {operation.arguments["deployment_adapter_id"]
-            for operation in OperationRepository(session).unfinished(KINDS)
-            if "deployment_adapter_id" in operation.arguments}
+    return {int(resource.removeprefix(LOCK_PREFIX))
+            for resource in OperationRepository(session).locked(LOCK_PREFIX)}
 
 
 def get_deployment(session: Session, deployment_id: int) -> Deployment:
@@ -137,7 +139,7 @@ def load(session: Session, actor: Actor, deployment_id: int, name: str,
                  after=snapshot(row))
     operation = operations.start(session, actor, LOAD, "deployment_adapter", target, {
         "deployment_adapter_id": row.id, "deployment_id": deployment.id, "adapter": name,
-        "version": serving})
+        "version": serving}, locks=[f"{LOCK_PREFIX}{row.id}"])
     return row, operation
 
 
@@ -157,7 +159,8 @@ def unload(session: Session, actor: Actor, deployment_id: int, name: str
     audit.record(session, actor, UNLOAD, "deployment_adapter", target, before=before,
                  after=snapshot(row))
     operation = operations.start(session, actor, UNLOAD, "deployment_adapter", target, {
-        "deployment_adapter_id": row.id, "deployment_id": deployment.id, "adapter": name})
+        "deployment_adapter_id": row.id, "deployment_id": deployment.id, "adapter": name},
+        locks=[f"{LOCK_PREFIX}{row.id}"])
     return row, operation
 
 

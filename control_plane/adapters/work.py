@@ -3,16 +3,16 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 from control_plane.adapters.actuator import AdapterActuator
 from control_plane.db import transaction
 from control_plane.errors import PreconditionFailed
+from control_plane.nodes.lock import NodeLock
 from control_plane.operations import service as operations
 from control_plane.operations.runner import OperationContext
 
-NodeLock = Callable[[int], threading.Lock]
+NodeLockOf = Callable[[int], NodeLock]
 
 
 def _succeed(context: OperationContext, result: dict[str, object]) -> None:
@@ -21,7 +21,7 @@ def _succeed(context: OperationContext, result: dict[str, object]) -> None:
             raise PreconditionFailed(f"operation {context.operation_id} was ended elsewhere")
 
 
-def _make(actuator: AdapterActuator, node_lock: NodeLock, action: str
+def _make(actuator: AdapterActuator, node_lock: NodeLockOf, action: str
           ) -> Callable[[OperationContext], None]:
     """The work of ``action`` ("load" or "unload"): the two differ only in the call."""
     def work(context: OperationContext) -> None:
@@ -37,11 +37,11 @@ def _make(actuator: AdapterActuator, node_lock: NodeLock, action: str
     return work
 
 
-def make_load(actuator: AdapterActuator, node_lock: NodeLock
+def make_load(actuator: AdapterActuator, node_lock: NodeLockOf
               ) -> Callable[[OperationContext], None]:
     return _make(actuator, node_lock, "load")
 
 
-def make_unload(actuator: AdapterActuator, node_lock: NodeLock
+def make_unload(actuator: AdapterActuator, node_lock: NodeLockOf
                 ) -> Callable[[OperationContext], None]:
     return _make(actuator, node_lock, "unload")

@@ -9,7 +9,6 @@ so, UNKNOWN when the node did not answer.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -28,6 +27,7 @@ from control_plane.errors import (
     PlacementRefused,
     PreconditionFailed,
 )
+from control_plane.nodes.lock import NodeLock, NodeLocks
 from control_plane.placement.model import Placement
 from control_plane.registry.repository import VersionRepository
 from control_plane.reservations.placer import Placer
@@ -54,8 +54,8 @@ ControlFactory = Callable[[NodeEndpoint], TritonControl]
 
 class Actuator:
     def __init__(self, session_factory: sessionmaker[Session], control_for: ControlFactory,
-                 render: Renderer, unload_wait_s: float = 120.0, placer: Placer | None = None
-                 ) -> None:
+                 render: Renderer, unload_wait_s: float = 120.0, placer: Placer | None = None,
+                 node_locks: NodeLocks | None = None) -> None:
         self.session_factory = session_factory
         self.control_for = control_for
         self.render = render
@@ -63,14 +63,12 @@ class Actuator:
         # instance group and nothing is booked.
         self.placer = placer
         self.unload_wait_s = unload_wait_s
-        self._node_locks: dict[int, threading.Lock] = {}
-        self._locks_guard = threading.Lock()
+        self._node_locks = node_locks or NodeLocks(_database_url(session_factory))
 
-    def node_lock(self, node_id: int) -> threading.Lock:
-        """Within this process, one action at a time per node: a reconcile pass and an
+    def node_lock(self, node_id: int) -> NodeLock:
+        """One action at a time per node, across threads and processes: a reconcile pass and an
         operation never interleave their calls to one Triton."""
-        with self._locks_guard:
-            return self._node_locks.setdefault(node_id, threading.Lock())
+        return self._node_locks(node_id)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -274,3 +272,8 @@ def _close(control: TritonControl) -> None:
     close = getattr(control, "close", None)
     if close is not None:
         close()
+
+
+def _database_url(session_factory: sessionmaker[Session]) -> str:
+    engine = session_factory.kw["bind"]
+    return str(engine.url.render_as_string(hide_password=False))

@@ -37,12 +37,18 @@ def snapshot(deployment: Deployment) -> dict[str, Any]:
             "serving_version": deployment.serving_version}
 
 
+LOCK_PREFIX = "deployment:"
+
+
+def deployment_locks(deployment_ids: Sequence[int]) -> list[str]:
+    """The operation locks of deployments: one unfinished operation at a time works on each."""
+    return [f"{LOCK_PREFIX}{deployment_id}" for deployment_id in deployment_ids]
+
+
 def busy_deployment_ids(session: Session) -> set[int]:
     """Deployments an unfinished operation is working on; the reconciler leaves them alone."""
-    busy: set[int] = set()
-    for operation in OperationRepository(session).unfinished(KINDS):
-        busy.update(operation.arguments.get("deployment_ids", []))
-    return busy
+    return {int(resource.removeprefix(LOCK_PREFIX))
+            for resource in OperationRepository(session).locked(LOCK_PREFIX)}
 
 
 def _refuse_if_busy(session: Session, deployments: Sequence[Deployment], what: str) -> None:
@@ -94,7 +100,8 @@ def apply(session: Session, actor: Actor, model_name: str, alias_name: str, node
     audit.record(session, actor, "deployment.apply", "deployment", target, before=before,
                  after=snapshot(deployment))
     operation = operations.start(session, actor, APPLY, "deployment", target, {
-        "deployment_ids": [deployment.id], "version": alias.version.number})
+        "deployment_ids": [deployment.id], "version": alias.version.number},
+        locks=deployment_locks([deployment.id]))
     return deployment, operation
 
 
@@ -110,7 +117,8 @@ def remove(session: Session, actor: Actor, model_name: str, alias_name: str, nod
     audit.record(session, actor, "deployment.remove", "deployment", target, before=before,
                  after=snapshot(deployment))
     operation = operations.start(session, actor, REMOVE, "deployment", target,
-                                 {"deployment_ids": [deployment.id]})
+                                 {"deployment_ids": [deployment.id]},
+                                 locks=deployment_locks([deployment.id]))
     return deployment, operation
 
 
@@ -161,4 +169,4 @@ def start_swap(session: Session, actor: Actor, model_name: str, alias_name: str,
     return operations.start(session, actor, SWAP, "alias", f"{model_name}/{alias_name}", {
         "deployment_ids": [d.id for d in deployments], "model": model_name,
         "alias": alias_name, "from_version": alias.version.number, "to_version": number,
-        "purpose": purpose})
+        "purpose": purpose}, locks=deployment_locks([d.id for d in deployments]))

@@ -6,7 +6,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, Index, String, Text
+from sqlalchemy import JSON, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from control_plane.db import Base, UTCDateTime, utcnow
@@ -47,3 +47,21 @@ class Operation(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The process running it (host, pid, a random part) and when it last said it still does: any
+    # process fails a running operation whose heartbeat is older than the lease.
+    claimed_by: Mapped[str | None] = mapped_column(String(128))
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # How many times a process claimed it: 1 for every operation, or something ran it twice.
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+
+
+class OperationLock(Base):
+    """What an unfinished operation works on ("deployment:17"): the primary key lets one
+    operation at a time hold a resource, whichever process or worker started it. The row goes
+    when its operation ends."""
+
+    __tablename__ = "operation_locks"
+    __table_args__ = (Index(None, "operation_id"),)
+
+    resource: Mapped[str] = mapped_column(String(128), primary_key=True)
+    operation_id: Mapped[str] = mapped_column(ForeignKey("operations.id", ondelete="CASCADE"))

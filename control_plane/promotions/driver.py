@@ -1,6 +1,6 @@
 """Running promotions in the background: claim one, carry out its steps (``version_run`` for a
-version, ``adapter_run`` for a LoRA adapter), wait for the operations they start, and resume at
-the next start what a previous process left unfinished."""
+version, ``adapter_run`` for a LoRA adapter), wait for the operations they start, and adopt what
+a process that stopped left unfinished."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ from typing import Any, Protocol
 from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.db import transaction, utcnow
+from control_plane.deployments import service as deployments
+from control_plane.deployments.repository import DeploymentRepository
+from control_plane.leader import LeaderLock
 from control_plane.operations import service as operations
 from control_plane.operations.orm import OperationStatus
 from control_plane.operations.runner import OperationRunner
@@ -45,7 +48,8 @@ class PromotionDriver:
     def __init__(self, session_factory: sessionmaker[Session], runner: OperationRunner,
                  source_roots: Sequence[Path], observe: Observe = gate_runner.observe,
                  publish: Publish | None = None, after_commit: Callable[[], None] = lambda: None,
-                 step_timeout_s: float = 900.0, poll_s: float = 0.25) -> None:
+                 step_timeout_s: float = 900.0, poll_s: float = 0.25,
+                 adopt_every_s: float = 10.0) -> None:
         self.session_factory = session_factory
         self.runner = runner
         self.source_roots = list(source_roots)
@@ -56,34 +60,74 @@ class PromotionDriver:
         self.poll_s = poll_s
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="promotion")
         self.stopping = threading.Event()
+        self.adopt_every_s = adopt_every_s
+        engine = session_factory.kw["bind"]
+        self.database_url = str(engine.url.render_as_string(hide_password=False))
+        self._driving: set[str] = set()
+        self._guard = threading.Lock()
+        self._adopter: threading.Thread | None = None
 
     # -- running -------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Resume what a previous process left unfinished (call after the operation runner has
-        failed its interrupted operations, so every step finds its operations ended)."""
-        started = utcnow()
-        try:
-            with transaction(self.session_factory, read_only=True) as session:
-                leftover = PromotionRepository(session).unfinished_ids(started)
-        except Exception:
-            log.exception("cannot look for unfinished promotions; they resume at the next start")
-            return
-        for promotion_id in leftover:
-            log.warning("resuming promotion %s, left unfinished by a previous run", promotion_id)
-            self.submit(promotion_id, resume=True)
+        """Look, now and every ``adopt_every_s``, for unfinished promotions no process drives
+        (the one driving it died or stopped) and resume them."""
+        self._adopter = threading.Thread(target=self._adopt_loop, name="promotion-adopter",
+                                         daemon=True)
+        self._adopter.start()
 
     def submit(self, promotion_id: str, resume: bool = False) -> Future[None]:
         return self._executor.submit(self._run, promotion_id, resume)
 
     def shutdown(self) -> None:
-        # A promotion in progress stops at its next wait or step, as it is; it resumes at the next
-        # start (a gate request in flight ends first, within its timeout).
+        # A promotion in progress stops at its next wait or step, as it is; another process, or
+        # this one's next start, resumes it (a gate request in flight ends first).
         self.stopping.set()
+        if self._adopter is not None:
+            self._adopter.join(timeout=30)
         self._executor.shutdown(wait=True, cancel_futures=True)
 
+    def _adopt_loop(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                with transaction(self.session_factory, read_only=True) as session:
+                    unfinished = PromotionRepository(session).unfinished_ids(utcnow())
+                for promotion_id in unfinished:
+                    with self._guard:
+                        if promotion_id in self._driving:
+                            continue
+                    self.submit(promotion_id, resume=True)
+            except Exception:
+                log.exception("cannot look for unfinished promotions; looking again in %.0f s",
+                              self.adopt_every_s)
+            self.stopping.wait(self.adopt_every_s)
+
     def _run(self, promotion_id: str, resume: bool) -> None:
+        # One driver per promotion among every process on the database: the lock is held for the
+        # whole run and dies with its process, whose promotions another process then adopts.
+        lock = LeaderLock(self.database_url, f"promotion-{promotion_id}")
+        with self._guard:
+            if promotion_id in self._driving:
+                return
+            if not lock.try_acquire():
+                return  # another process drives it
+            self._driving.add(promotion_id)
         try:
+            self._drive(promotion_id, resume)
+        finally:
+            with self._guard:
+                self._driving.discard(promotion_id)
+            lock.release()
+
+    def _drive(self, promotion_id: str, resume: bool) -> None:
+        try:
+            with transaction(self.session_factory, read_only=True) as session:
+                promotion = PromotionRepository(session).get(promotion_id)
+                if promotion is None or PromotionState(promotion.state).finished:
+                    return
+                model_id = promotion.model_id
+            if resume:
+                self._wait_for_abandoned_operations(promotion_id, model_id)
             with transaction(self.session_factory) as session:
                 repository = PromotionRepository(session)
                 claimed = repository.transition(promotion_id, [PromotionState.PENDING],
@@ -100,6 +144,22 @@ class PromotionDriver:
                      promotion_id)
         except Exception:
             log.exception("promotion %s stopped on an internal error", promotion_id)
+
+    def _wait_for_abandoned_operations(self, promotion_id: str, model_id: int) -> None:
+        """A promotion taken over from a process that died may have left operations running on
+        the model's deployments; they hold the deployments until their lease lapses and they
+        are failed as interrupted. Its steps start again once they have (or after a step's
+        timeout, when a step that needs them fails with a clear error)."""
+        deadline = time.monotonic() + self.step_timeout_s
+        while time.monotonic() < deadline and not self.stopping.is_set():
+            with transaction(self.session_factory, read_only=True) as session:
+                ids = {d.id for d in DeploymentRepository(session).of_model(
+                    model_id, wanted_only=False)}
+                if not ids & deployments.busy_deployment_ids(session):
+                    return
+            log.info("promotion %s waits for the operations a stopped process left on its "
+                     "deployments", promotion_id)
+            time.sleep(max(self.poll_s, 1.0))
 
     # -- helpers shared by the steps ----------------------------------------------------------
 

@@ -18,7 +18,7 @@ TABLES = {"alias_moves", "api_tokens", "audit_events", "idempotency_keys", "mode
           "triton_nodes", "promotions", "webhook_subscriptions", "webhook_events",
           "webhook_deliveries", "tenants", "inference_api_keys", "adapters",
           "deployment_adapters", "tenant_usage", "usage_reports", "scaling_policies",
-          "scaling_decisions", "gpu_evacuations"}
+          "scaling_decisions", "gpu_evacuations", "operation_locks"}
 
 
 def _tables(url: str) -> set[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -134,7 +135,8 @@ class ControlPlane:
         }
         self.process: subprocess.Popen[bytes] | None = None
         self.cli("migrate")
-        secret = self.cli("tokens", "create", "--name", "t", "--scope", "admin").strip()
+        secret = self.cli("tokens", "create", "--name", f"t-{secrets.token_hex(3)}", "--scope",
+                          "admin").strip()
         self.headers = {"Authorization": f"Bearer {secret.splitlines()[-1]}"}
 
     @property
@@ -147,12 +149,14 @@ class ControlPlane:
         assert done.returncode == 0, done.stderr
         return done.stdout
 
-    def start(self) -> httpx.Client:
-        """A new ``serve`` process; returns a client for it once it answers."""
+    def start(self, workers: int = 1) -> httpx.Client:
+        """A new ``serve`` process (with ``workers`` API workers); returns a client for it once
+        it answers."""
         assert self.process is None or self.process.poll() is not None
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen([str(CONTROL_PLANE), "serve"], env=self.env,
+            self.process = subprocess.Popen([str(CONTROL_PLANE), "serve",
+                                             "--workers", str(workers)], env=self.env,
                                             cwd=self.directory, stdout=log,
                                             stderr=subprocess.STDOUT, start_new_session=True)
         http = httpx.Client(base_url=self.url, headers=self.headers, timeout=30)
@@ -165,7 +169,8 @@ class ControlPlane:
             except httpx.TransportError:
                 return False
 
-        wait_until(answers, "llm-control-plane serve answering", 60, 0.1)
+        # Generous: several workers importing the app at once on a loaded 2-core machine.
+        wait_until(answers, "llm-control-plane serve answering", 180, 0.1)
         return http
 
     def kill(self) -> None:
@@ -181,6 +186,9 @@ class ControlPlane:
             self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.kill()
+        # Workers of a server that was killed outlive it: end its whole session.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
 
 
 def deployment_row(factory: sessionmaker[Session], model: str, alias: str, node: str,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +15,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.auth.scopes import Actor, Scope
-from control_plane.db import transaction
+from control_plane.db import transaction, utcnow
+from control_plane.errors import OperationInProgress
 from control_plane.operations import service as operations
+from control_plane.operations.repository import OperationRepository
 from control_plane.operations.service import INTERRUPTED
 from control_plane.registry import validation
 
@@ -164,13 +168,68 @@ def test_operations_are_listed_filtered_and_need_a_token(
     assert client.post(f"{MODEL}/versions/{number}/validate", headers=reader).status_code == 403
 
 
-def test_a_restart_fails_what_the_previous_process_left_unfinished(
+def test_what_a_stopped_process_left_pending_runs_in_the_next_one(
         app: FastAPI, session_factory: sessionmaker[Session], writer: dict[str, str]) -> None:
+    # Accepted, committed, and the process died before any worker claimed it: the next process
+    # to claim work runs it (once), rather than dropping what the caller was promised.
     with transaction(session_factory) as session:
         left = operations.start(session, Actor("gone", Scope.WRITE), validation.KIND, "version",
                                 "m/1", {"model": "m", "number": 1})
     with TestClient(app) as restarted:
-        operation = restarted.get(f"/api/v1/operations/{left.id}", headers=writer).json()
-    assert operation["status"] == "failed"
-    assert operation["error"] == INTERRUPTED
-    assert operation["finished_at"] is not None
+        operation = wait_finished(restarted, writer, f"/api/v1/operations/{left.id}")
+    # It ran: the work's own answer (there is no model m here), not "interrupted".
+    assert operation["status"] == "failed" and "'m'" in operation["error"], operation
+    with transaction(session_factory) as session:
+        row = OperationRepository(session).get(left.id)
+        assert row is not None and row.attempts == 1 and row.claimed_by is not None
+
+
+def test_a_running_operation_whose_process_stopped_beating_is_failed_as_interrupted(
+        app: FastAPI, session_factory: sessionmaker[Session], writer: dict[str, str]) -> None:
+    lease = app.state.settings.operation_lease_seconds
+    beaten = {"dead": utcnow() - timedelta(seconds=lease + 1),
+              "alive": utcnow() + timedelta(seconds=3600)}  # a process beating on
+    ids = {}
+    with transaction(session_factory) as session:
+        for name, heartbeat in beaten.items():
+            operation = operations.start(session, Actor(name, Scope.WRITE), validation.KIND,
+                                         "version", f"m/{name}", {"model": "m", "number": 1},
+                                         locks=[f"test:{name}"])
+            operation.status, operation.claimed_by = "running", f"host:1:{name}"
+            operation.started_at = operation.heartbeat_at = heartbeat
+            ids[name] = operation.id
+    with TestClient(app) as client:
+        dead = wait_finished(client, writer, f"/api/v1/operations/{ids['dead']}")
+        alive = client.get(f"/api/v1/operations/{ids['alive']}", headers=writer).json()
+    assert dead["status"] == "failed" and dead["error"] == INTERRUPTED, dead
+    assert dead["finished_at"] is not None
+    assert alive["status"] == "running", alive  # its lease holds: nobody else touches it
+    with transaction(session_factory) as session:
+        # The interrupted operation's lock went with it; the live one keeps its own.
+        assert list(OperationRepository(session).locked("test:")) == ["test:alive"]
+
+
+def test_one_unfinished_operation_per_resource_whoever_starts_it(
+        session_factory: sessionmaker[Session]) -> None:
+    # The constraint, not a check in Python, decides: each start runs in its own transaction
+    # from its own thread, all at once.
+    barrier = threading.Barrier(8)
+    outcomes: list[str] = []
+
+    def start_one(index: int) -> None:
+        barrier.wait()
+        try:
+            with transaction(session_factory) as session:
+                operations.start(session, Actor(f"w{index}", Scope.WRITE), validation.KIND,
+                                 "version", "m/1", {}, locks=["deployment:race"])
+            outcomes.append("started")
+        except OperationInProgress as exc:
+            assert "deployment:race" in exc.message
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=start_one, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes) == ["refused"] * 7 + ["started"], outcomes

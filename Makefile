@@ -12,7 +12,7 @@ serve: setup
 	$(PYTHON) -m control_plane.serve
 
 test: setup
-	$(PYTHON) -m pytest -q -p no:cacheprovider
+	$(PYTHON) -m pytest -q -p no:cacheprovider --durations=30
 
 lint: setup
 	.venv/bin/ruff check .

@@ -16,7 +16,7 @@ from prometheus_client import (
 
 # Every counter and histogram would also export a ``*_created`` series (its creation time) that no
 # dashboard or alert reads; it doubled what a scrape carries. Process-wide in prometheus_client.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 # Operations span a metadata write (milliseconds) and a large model's load (many minutes).
 OPERATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)

@@ -69,6 +69,8 @@ class OperationRunner:
         self._executor: ThreadPoolExecutor | None = None
 
     def start(self) -> None:
+        if any(thread.is_alive() for thread in self._threads):
+            return  # already claiming (a second server on the same app)
         self._stopping = threading.Event()
         self._free = threading.Semaphore(self._max_workers)
         self._executor = ThreadPoolExecutor(max_workers=self._max_workers,

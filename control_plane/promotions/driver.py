@@ -110,6 +110,7 @@ class PromotionDriver:
             if promotion_id in self._driving:
                 return
             if not lock.try_acquire():
+                lock.release()  # closes the connection it tried on
                 return  # another process drives it
             self._driving.add(promotion_id)
         try:

@@ -33,8 +33,10 @@ from control_plane.evacuation.routes import router as evacuation_router
 from control_plane.gpus.monitor import GpuMonitor
 from control_plane.gpus.readings import GpuInventory
 from control_plane.leader import LeaderElection, LeaderLock
+from control_plane.lifecycle import swap_work
+from control_plane.lifecycle.routes import router as alias_moves_router
 from control_plane.metrics.registry import ControlPlaneMetrics
-from control_plane.metrics.state import StateCollector
+from control_plane.nodes.dependents import NodeDependents
 from control_plane.nodes.lock import NodeLocks
 from control_plane.nodes.repository import NodeRepository
 from control_plane.nodes.routes import router as nodes_router
@@ -48,10 +50,12 @@ from control_plane.reservations.placer import Placer
 from control_plane.reservations.routes import router as placement_router
 from control_plane.routing.routes import router as routing_router
 from control_plane.settings import Settings
+from control_plane.state_metrics import StateCollector
 from control_plane.stats.poller import NodeMetricsPoller
 from control_plane.stats.routes import router as stats_router
 from control_plane.tenants.routes import router as tenants_router
 from control_plane.triton import adapter_control, config_builder, node_control
+from control_plane.triton.routes import router as triton_config_router
 from control_plane.usage.routes import router as usage_router
 from control_plane.webhooks import outbox
 from control_plane.webhooks.routes import router as webhooks_router
@@ -150,7 +154,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     # After each deployment operation the reconciler looks again at once, whatever the outcome.
     runner.register(deployments.APPLY, deployment_work.make_apply(actuator, reconciler.trigger))
     runner.register(deployments.REMOVE, deployment_work.make_remove(actuator, reconciler.trigger))
-    runner.register(deployments.SWAP, deployment_work.make_swap(actuator, reconciler.trigger))
+    runner.register(deployments.SWAP, swap_work.make_swap(actuator, reconciler.trigger))
     runner.register(adapter_loading.LOAD, adapter_work.make_load(adapter_actuator,
                                                                  actuator.node_lock))
     runner.register(adapter_loading.UNLOAD, adapter_work.make_unload(adapter_actuator,
@@ -207,6 +211,9 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
 
     app = FastAPI(title="LLM control plane", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
+    app.state.version_config_check = config_builder.check
+    app.state.node_dependents = NodeDependents(deployments.server_versions,
+                                               deployments.check_node_removable)
     app.state.metrics = metrics
     app.state.session_factory = session_factory
     app.state.operation_runner = runner
@@ -240,6 +247,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(registry_router, prefix="/api/v1")
+    app.include_router(alias_moves_router, prefix="/api/v1")
+    app.include_router(triton_config_router, prefix="/api/v1")
     app.include_router(nodes_router, prefix="/api/v1")
     app.include_router(deployments_router, prefix="/api/v1")
     app.include_router(adapters_router, prefix="/api/v1")

@@ -8,8 +8,8 @@ from packaging.version import InvalidVersion, Version
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from control_plane.paths import CACHE_DIR
 from control_plane.placement.model import Strategy
-from control_plane.triton.runtime import CACHE_DIR
 
 DEFAULT_DATABASE_PATH = CACHE_DIR / "control_plane.db"
 

@@ -13,25 +13,25 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from control_plane.adapters.control import (
-    AdapterControl,
-    AdapterControlFactory,
-    AdapterListing,
-    AdapterRequestRefused,
-)
 from control_plane.adapters.orm import AdapterState, DeploymentAdapter
 from control_plane.adapters.repository import DeploymentAdapterRepository
 from control_plane.auth import audit
 from control_plane.auth.scopes import Actor, Scope
 from control_plane.db import transaction
-from control_plane.deployments.specs import NodeEndpoint
 from control_plane.errors import (
     AdapterRefused,
     ControlPlaneError,
     NodeUnavailable,
     PreconditionFailed,
 )
+from control_plane.triton.adapter_protocol import (
+    AdapterControl,
+    AdapterControlFactory,
+    AdapterListing,
+    AdapterRequestRefused,
+)
 from control_plane.triton.protocol import NodeUnreachable
+from control_plane.triton.specs import NodeEndpoint
 
 log = logging.getLogger(__name__)
 # One control request, given the node's control.

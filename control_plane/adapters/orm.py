@@ -43,7 +43,7 @@ class Adapter(Base):
     rank: Mapped[int] = mapped_column(Integer)
     target_modules: Mapped[list[str]] = mapped_column(JSON, default=list)
     base_model: Mapped[str] = mapped_column(String(1024))
-    # What a promotion of the adapter runs (promotions.gates.Gates, as JSON), as a version's.
+    # What a promotion of the adapter runs (registry.gates.Gates, as JSON), as a version's.
     gates: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict,
                                                   server_default=text("'{}'"))
     created_by: Mapped[str] = mapped_column(String(64))

@@ -28,8 +28,8 @@ from control_plane.adapters.repository import AdapterRepository, DeploymentAdapt
 from control_plane.db import transaction
 from control_plane.deployments.orm import DeploymentState
 from control_plane.deployments.service import busy_deployment_ids
-from control_plane.deployments.specs import NodeEndpoint
 from control_plane.errors import ControlPlaneError
+from control_plane.triton.specs import NodeEndpoint
 
 log = logging.getLogger(__name__)
 ACTOR = "reconciler"

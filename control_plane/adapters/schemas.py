@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from control_plane.adapters.orm import Adapter, AdapterState, DeploymentAdapter
 from control_plane.operations.schemas import OperationOut
-from control_plane.promotions.gates import Gates
+from control_plane.registry.gates import Gates
 from control_plane.registry.schemas import MODEL_NAME_PATTERN
 
 # Clients send it as sampling_parameters.lora_name and the gateway routes M:<name>: nothing that

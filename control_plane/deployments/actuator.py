@@ -16,9 +16,9 @@ from typing import Any, Protocol
 from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.db import transaction
+from control_plane.deployments.booking import GpuBooker
 from control_plane.deployments.orm import Deployment, DeploymentState, NodeHealth
 from control_plane.deployments.repository import DeploymentRepository
-from control_plane.deployments.specs import NodeEndpoint, VersionSpec
 from control_plane.deployments.states import sources_of
 from control_plane.errors import (
     ControlPlaneError,
@@ -30,13 +30,13 @@ from control_plane.errors import (
 from control_plane.nodes.lock import NodeLock, NodeLocks
 from control_plane.placement.model import Placement
 from control_plane.registry.repository import VersionRepository
-from control_plane.reservations.placer import Placer
 from control_plane.triton.protocol import (
     LoadRejected,
     NodeUnreachable,
     TritonControl,
     TritonControlError,
 )
+from control_plane.triton.specs import NodeEndpoint, VersionSpec
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ ControlFactory = Callable[[NodeEndpoint], TritonControl]
 
 class Actuator:
     def __init__(self, session_factory: sessionmaker[Session], control_for: ControlFactory,
-                 render: Renderer, unload_wait_s: float = 120.0, placer: Placer | None = None,
+                 render: Renderer, unload_wait_s: float = 120.0, placer: GpuBooker | None = None,
                  node_locks: NodeLocks | None = None) -> None:
         self.session_factory = session_factory
         self.control_for = control_for

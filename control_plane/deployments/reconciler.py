@@ -32,12 +32,12 @@ from control_plane.deployments.plan import (
 )
 from control_plane.deployments.repository import DeploymentRepository
 from control_plane.deployments.service import busy_deployment_ids
-from control_plane.deployments.specs import NodeEndpoint
 from control_plane.errors import ControlPlaneError
 from control_plane.metrics.registry import ControlPlaneMetrics
 from control_plane.nodes.triton_version import version_warning
 from control_plane.registry.repository import AliasRepository
 from control_plane.triton.protocol import TritonControl, TritonControlError
+from control_plane.triton.specs import NodeEndpoint
 
 log = logging.getLogger(__name__)
 ACTOR = "reconciler"

@@ -1,7 +1,7 @@
 """Moving, rolling back and deleting aliases.
 
 A deployed alias moves only through a swap: the new version loads beside the old on every node it
-runs on, and the alias moves once all of them serve it (``deployments.work``); an alias that runs
+runs on, and the alias moves once all of them serve it (``lifecycle.swap_work``); an alias that runs
 nowhere just moves. ``registry.aliases.record_move`` writes a move and is called from here only
 (tests/control_plane/lifecycle/test_alias_moves.py proves it).
 """

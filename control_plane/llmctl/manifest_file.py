@@ -80,7 +80,7 @@ def load_manifest(path: Path, model: str) -> VersionManifest:
 
 def load_gates(path: Path) -> dict[str, Any]:
     """A gates file (a manifest's ``gates`` on their own: smoke, compare), checked, as JSON."""
-    from control_plane.promotions.gates import Gates
+    from control_plane.registry.gates import Gates
 
     gates = _validated(Gates, _read(path, "gates file"), path, "gates file")
     return gates.model_dump(mode="json", exclude_unset=True)

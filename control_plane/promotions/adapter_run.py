@@ -27,10 +27,10 @@ from control_plane.adapters.schemas import AdapterCreate
 from control_plane.deployments import service as deployments
 from control_plane.deployments.orm import DeploymentState
 from control_plane.errors import AdapterNotFound, ControlPlaneError
-from control_plane.promotions.gates import Gates
 from control_plane.promotions.run import PromotionRun, StepFailed, Target
 from control_plane.registry import aliases
 from control_plane.registry import service as registry
+from control_plane.registry.gates import Gates
 from control_plane.registry.sources import check_source
 
 if TYPE_CHECKING:

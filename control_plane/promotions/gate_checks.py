@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from control_plane.promotions.gates import ComparisonGate, Expectation, SmokeGate
+from control_plane.registry.gates import ComparisonGate, Expectation, SmokeGate
 
 
 @dataclass(frozen=True)

@@ -21,11 +21,11 @@ from control_plane.errors import ControlPlaneError
 from control_plane.operations.orm import OperationStatus
 from control_plane.promotions import gate_checks
 from control_plane.promotions.gate_checks import Observation
-from control_plane.promotions.gates import Gates
 from control_plane.promotions.orm import Promotion, PromotionState
 from control_plane.promotions.repository import PromotionRepository
 from control_plane.promotions.schemas import PromotionOut
 from control_plane.registry import service as registry
+from control_plane.registry.gates import Gates
 
 if TYPE_CHECKING:
     from control_plane.promotions.driver import PromotionDriver

@@ -8,9 +8,9 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from control_plane.labels import NO_NUL_PATTERN
-from control_plane.promotions.gates import Gates
 from control_plane.promotions.manifest import VersionManifest
 from control_plane.promotions.orm import Promotion, PromotionState
+from control_plane.registry.gates import Gates
 from control_plane.registry.schemas import MODEL_NAME_PATTERN
 
 AliasName = Annotated[str, StringConstraints(pattern=MODEL_NAME_PATTERN)]

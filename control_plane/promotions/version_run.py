@@ -22,11 +22,11 @@ from control_plane.errors import ControlPlaneError
 from control_plane.lifecycle import alias_moves
 from control_plane.lifecycle.alias_moves import SwapStarted
 from control_plane.promotions import gate_checks
-from control_plane.promotions.gates import Gates
 from control_plane.promotions.manifest import VersionManifest
 from control_plane.promotions.run import PromotionRun, StepFailed
 from control_plane.registry import aliases, validation
 from control_plane.registry import service as registry
+from control_plane.registry.gates import Gates
 from control_plane.registry.orm import VersionState
 from control_plane.triton import config_builder
 

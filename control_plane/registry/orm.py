@@ -53,7 +53,7 @@ class ModelVersion(Base):
     triton_config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     # ResourceSettings with every default written out (device, replicas, memory overrides).
     resources: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    # Gates (promotions.gates.Gates, every default written out) a promotion runs against it.
+    # Gates (registry.gates.Gates, every default written out) a promotion runs against it.
     gates: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     # What placement's memory estimate needs from the files (weights, KV size per token), read
     # at registration; {"unavailable": why} when they could not be read (a remote source).

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response, status
+from fastapi import APIRouter, BackgroundTasks, Depends, Path, Query, Request, Response, status
 from fastapi.responses import JSONResponse
 
 from control_plane.api_params import IfMatch, LabelFilter
@@ -14,11 +14,8 @@ from control_plane.dependencies import AppSettings, DbSession
 from control_plane.error_handlers import error_responses
 from control_plane.idempotency.http import IdempotencyKeyHeader, respond_once
 from control_plane.labels import parse_label_filter
-from control_plane.lifecycle import alias_moves
-from control_plane.lifecycle.alias_moves import AliasMoved, SwapStarted
 from control_plane.operations.dependencies import Runner
 from control_plane.operations.dependencies import operation_id_of as _operation_id
-from control_plane.operations.runner import OperationRunner
 from control_plane.operations.schemas import OperationOut
 from control_plane.pagination import Limit, Offset, Page, page_response
 from control_plane.registry import aliases, service, tokenizer, validation
@@ -26,9 +23,7 @@ from control_plane.registry.orm import Model, ModelAlias, ModelVersion
 from control_plane.registry.schemas import (
     MODEL_NAME_PATTERN,
     AliasMoveOut,
-    AliasMoveRequest,
     AliasOut,
-    AliasRollbackRequest,
     ModelCreate,
     ModelName,
     ModelOut,
@@ -38,11 +33,19 @@ from control_plane.registry.schemas import (
     VersionOut,
     VersionUpdate,
 )
-from control_plane.registry.serving import ServingSettings
-from control_plane.triton import config_builder
+from control_plane.registry.service import VersionConfigCheck
 
 router = APIRouter(prefix="/models", tags=["registry"],
                    responses=error_responses(401, 403, 422, 503))
+
+
+def _config_check(request: Request) -> VersionConfigCheck:
+    # Triton's config builder, wired in by the app: the registry does not import Triton's code.
+    check: VersionConfigCheck = request.app.state.version_config_check
+    return check
+
+
+ConfigCheck = Annotated[VersionConfigCheck, Depends(_config_check)]
 
 # Version numbers are stored as 32-bit integers (PostgreSQL INTEGER).
 VersionNumber = Annotated[int, Path(ge=1, le=2**31 - 1)]
@@ -100,14 +103,14 @@ def delete_model(name: ModelName, session: DbSession, actor: Writer, if_match: I
                         200: {"model": VersionOut,
                               "description": "dry_run: the version it would register"}})
 def register_version(name: ModelName, body: VersionCreate, request: Request,
-                     actor: BriefWriter, settings: AppSettings,
+                     actor: BriefWriter, settings: AppSettings, config_check: ConfigCheck,
                      idempotency_key: IdempotencyKeyHeader = None,
                      dry_run: Annotated[bool, Query(
                          description="check everything registration checks and answer 200 with "
                                      "the version it would create; store nothing")] = False,
                      ) -> JSONResponse:
     # The source is read and hashed (every file of a local model) before the transaction opens.
-    inspected = service.inspect_version(name, body, settings.source_roots, config_builder.check)
+    inspected = service.inspect_version(name, body, settings.source_roots, config_check)
     with transaction(request.app.state.session_factory) as session:
         if dry_run:
             # The registration itself, inside a savepoint that is rolled back: the same checks,
@@ -115,7 +118,7 @@ def register_version(name: ModelName, body: VersionCreate, request: Request,
             savepoint = session.begin_nested()
             try:
                 version = service.register_version(session, actor, name, body,
-                                                   settings.source_roots, config_builder.check,
+                                                   settings.source_roots, config_check,
                                                    inspected=inspected)
                 preview = VersionOut.of(version).model_dump(mode="json")
             finally:
@@ -124,7 +127,7 @@ def register_version(name: ModelName, body: VersionCreate, request: Request,
 
         def perform() -> tuple[VersionOut, dict[str, str]]:
             version = service.register_version(session, actor, name, body,
-                                               settings.source_roots, config_builder.check,
+                                               settings.source_roots, config_check,
                                                inspected=inspected)
             return VersionOut.of(version), {"ETag": service.version_etag(version)}
 
@@ -143,16 +146,6 @@ def list_versions(name: ModelName, session: DbSession, _: Reader, limit: Limit =
 def get_version(name: ModelName, number: VersionNumber, response: Response, session: DbSession,
                 _: Reader) -> VersionOut:
     return _version(response, service.get_version(session, name, number))
-
-
-@router.get("/{name}/versions/{number}/config", responses=error_responses(404))
-def version_config(name: ModelName, number: VersionNumber, session: DbSession, _: Reader
-                   ) -> dict[str, Any]:
-    """The Triton model config (JSON form) this version is loaded with, under the model's name."""
-    version = service.get_version(session, name, number)
-    config = config_builder.build(name, ServingSettings.model_validate(version.serving),
-                                  version.triton_config)
-    return config_builder.to_json_dict(config)
 
 
 @router.get("/{name}/versions/{number}/tokenizer", responses=error_responses(404))
@@ -197,60 +190,9 @@ def update_version(name: ModelName, number: VersionNumber, body: VersionUpdate, 
 AliasName = Annotated[str, Path(pattern=MODEL_NAME_PATTERN)]
 
 
-def _alias(response: Response, model: str, alias: ModelAlias) -> AliasOut:
+def alias_out(response: Response, model: str, alias: ModelAlias) -> AliasOut:
     response.headers["ETag"] = aliases.alias_etag(alias)
     return AliasOut.of(model, alias)
-
-
-@router.put("/{name}/aliases/{alias}", response_model=AliasOut,
-            responses={**error_responses(404, 409, 412),
-                       202: {"model": OperationOut,
-                             "description": "the alias is deployed: a swap operation started"}})
-def move_alias(name: ModelName, alias: AliasName, body: AliasMoveRequest, response: Response,
-               session: DbSession, actor: Writer, runner: Runner, background: BackgroundTasks,
-               if_match: IfMatch = None) -> AliasOut | JSONResponse:
-    """Point an alias at a version (creating it on first use); every move is kept in history.
-
-    A deployed alias moves only once every node serves the new version: the answer is then 202
-    with the swap operation, and the alias stays where it was if any node fails to load it."""
-    outcome = alias_moves.move_alias(session, actor, name, alias, body.version, if_match)
-    if isinstance(outcome, AliasMoved):
-        return _alias(response, name, outcome.alias)
-    return _swap_started(outcome, runner, background)
-
-
-def _swap_started(outcome: SwapStarted, runner: OperationRunner, background: BackgroundTasks
-                  ) -> JSONResponse:
-    # Submitted once the transaction has committed (the session dependency ends first).
-    background.add_task(runner.submit, outcome.operation.id)
-    return JSONResponse(OperationOut.of(outcome.operation).model_dump(mode="json"),
-                        status_code=202,
-                        headers={"Location": f"/api/v1/operations/{outcome.operation.id}"})
-
-
-@router.post("/{name}/aliases/{alias}/rollback", response_model=AliasOut,
-             responses={**error_responses(404, 409),
-                        202: {"model": OperationOut,
-                              "description": "the alias is deployed: a swap operation started"}})
-def rollback_alias(name: ModelName, alias: AliasName, body: AliasRollbackRequest,
-                   response: Response, session: DbSession, actor: Writer, runner: Runner,
-                   background: BackgroundTasks) -> AliasOut | JSONResponse:
-    """Move the alias back to the version it pointed at before its last move (or to ``to``),
-    through the zero-downtime swap when it is deployed. 409 with the reason when there is
-    nothing to go back to, or that version is archived or gone."""
-    _, _, outcome = alias_moves.rollback(session, actor, name, alias, body.to)
-    if isinstance(outcome, AliasMoved):
-        return _alias(response, name, outcome.alias)
-    return _swap_started(outcome, runner, background)
-
-
-@router.delete("/{name}/aliases/{alias}", status_code=status.HTTP_204_NO_CONTENT,
-               responses=error_responses(404, 409, 412))
-def delete_alias(name: ModelName, alias: AliasName, session: DbSession, actor: Writer,
-                 if_match: IfMatch = None) -> Response:
-    """Remove an alias; its moves stay in the audit log. Refused while it is deployed."""
-    alias_moves.delete_alias(session, actor, name, alias, if_match)
-    return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.get("/{name}/aliases", responses=error_responses(404))
@@ -261,7 +203,7 @@ def list_aliases(name: ModelName, session: DbSession, _: Reader) -> list[AliasOu
 @router.get("/{name}/aliases/{alias}", responses=error_responses(404))
 def get_alias(name: ModelName, alias: AliasName, response: Response, session: DbSession, _: Reader
               ) -> AliasOut:
-    return _alias(response, name, aliases.get_alias(session, name, alias))
+    return alias_out(response, name, aliases.get_alias(session, name, alias))
 
 
 @router.get("/{name}/aliases/{alias}/history", responses=error_responses(404))

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from control_plane.labels import LABEL_KEY_PATTERN, NO_NUL_PATTERN
-from control_plane.promotions.gates import Gates
+from control_plane.registry.gates import Gates
 from control_plane.registry.orm import AliasMove, Model, ModelAlias, ModelVersion, VersionState
 from control_plane.registry.resources import ResourceSettings
 from control_plane.registry.serving import ServingSettings

@@ -12,16 +12,16 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from control_plane.adapters.control import (
+from control_plane.triton.adapter_protocol import (
     AdapterAnswerError,
     AdapterListing,
     AdapterRequestRefused,
     parse_listing,
 )
-from control_plane.deployments.specs import NodeEndpoint
 from control_plane.triton.llm_client import StreamResult, record_response
 from control_plane.triton.node_control import repository_key
 from control_plane.triton.protocol import NodeUnreachable
+from control_plane.triton.specs import NodeEndpoint
 
 # gRPC codes that mean no answer came from Triton itself.
 _NO_ANSWER = {"StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED", "StatusCode.CANCELLED"}

@@ -23,10 +23,10 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor
 from tritonclient.grpc import model_config_pb2
 
-from control_plane.deployments.specs import VersionSpec
 from control_plane.errors import InvalidTritonConfig
 from control_plane.placement.model import Device, Placement
 from control_plane.registry.serving import QueuePolicy, ServingSettings
+from control_plane.triton.specs import VersionSpec
 from llm_backend.queue_config import (
     DEFAULT_PRIORITY_LEVEL,
     DEFAULT_QUEUE_POLICY,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from control_plane.deployments.specs import NodeEndpoint
 from control_plane.errors import NodeUnavailable
 from control_plane.triton.grpc_control import TritonGrpcControl
+from control_plane.triton.specs import NodeEndpoint
 
 
 def repository_key(endpoint: NodeEndpoint) -> str | None:

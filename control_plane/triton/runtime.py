@@ -16,8 +16,11 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-CACHE_DIR = Path(os.environ.get("LLM_PLATFORM_CACHE", PROJECT_ROOT / ".cache"))
+from control_plane.paths import CACHE_DIR, PROJECT_ROOT
+
+# Re-exported: many callers read the cache directory from here.
+__all__ = ["CACHE_DIR", "PROJECT_ROOT"]
+
 BUNDLED_TREE = CACHE_DIR / "tritonserver"
 BACKENDS_DIR = CACHE_DIR / "backends"
 INSTALLED_TRITON = Path("/opt/tritonserver/bin/tritonserver")

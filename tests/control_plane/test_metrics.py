@@ -13,8 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from control_plane.db import make_engine, make_session_factory
 from control_plane.gpus.monitor import GpuMonitor
-from control_plane.metrics.state import StateCollector
 from control_plane.settings import Settings
+from control_plane.state_metrics import StateCollector
 from tests.control_plane.deployments.support import finished, wait_until
 from tests.control_plane.reservations.test_booking import (
     GIB,

@@ -1,6 +1,7 @@
 """The house's import rules, as import-linter contracts in pyproject.toml: the domain core
 (services, repositories, tables, pure policies) reaches no web framework, Triton client, NVML or
-Redis, directly or through another module."""
+Redis, directly or through another module; and no two of the control plane's packages depend on
+each other, however indirectly (no cycles)."""
 
 from __future__ import annotations
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from control_plane.adapters.checks import check_fits_version, check_serves_lora, source_model_name
-from control_plane.adapters.control import AdapterAnswerError, LoadedAdapter, parse_listing
 from control_plane.adapters.peft_config import AdapterConfig
 from control_plane.errors import InvalidAdapter
+from control_plane.triton.adapter_protocol import AdapterAnswerError, LoadedAdapter, parse_listing
 
 LABEL = "version 1 of 'm'"
 

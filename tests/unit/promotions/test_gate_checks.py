@@ -12,7 +12,7 @@ from control_plane.promotions.gate_checks import (
     smoke_failures,
     smoke_result,
 )
-from control_plane.promotions.gates import ComparisonGate, Expectation, Gates, SmokeGate
+from control_plane.registry.gates import ComparisonGate, Expectation, Gates, SmokeGate
 
 PARIS = Observation(" Paris. It is", "length", 4, ttft_ms=40.0, latency_ms=200.0)
 

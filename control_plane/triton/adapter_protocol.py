@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from control_plane.deployments.specs import NodeEndpoint
+from control_plane.triton.specs import NodeEndpoint
 
 
 class AdapterAnswerError(Exception):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -113,17 +116,91 @@ def make_session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
 
 
+class FairWriterQueue:
+    """Writers of one SQLite database in this process take turns in arrival order.
+
+    SQLite lets one writer in at a time; the others wait in its busy handler, which sleeps and
+    retries with no order at all: at 16 concurrent registrations one writer waited 4 s while
+    others went by. Here they queue first (a ticket each), so the write lock goes to them in
+    turn. Reentrant (a thread that opens a second write transaction inside its first gets
+    SQLite's own "database is locked" after the busy timeout, as before, rather than a hang), and
+    bounded: after ``timeout_s`` a writer goes on to SQLite's busy handler anyway."""
+
+    def __init__(self, timeout_s: float = 30.0) -> None:
+        self.timeout_s = timeout_s
+        self._turn = threading.Condition()
+        self._next_ticket = 0
+        self._serving = 0
+        self._owner: int | None = None
+        self._depth = 0
+        # Tickets whose writers gave up waiting: skipped when their turn comes.
+        self._abandoned: set[int] = set()
+
+    @contextmanager
+    def turn(self) -> Iterator[None]:
+        me = threading.get_ident()
+        with self._turn:
+            if self._owner == me:
+                self._depth += 1
+                queued = False
+            else:
+                ticket = self._next_ticket
+                self._next_ticket += 1
+                queued = self._turn.wait_for(lambda: self._serving == ticket, self.timeout_s)
+                if queued:
+                    self._owner, self._depth = me, 1
+                else:
+                    # Timed out: skip our ticket when it comes up, so those behind us go on.
+                    self._abandoned.add(ticket)
+        try:
+            yield
+        finally:
+            with self._turn:
+                if self._owner == me:
+                    self._depth -= 1
+                    if self._depth == 0:
+                        self._owner = None
+                        self._advance()
+
+    def _advance(self) -> None:
+        self._serving += 1
+        while self._serving in self._abandoned:
+            self._abandoned.discard(self._serving)
+            self._serving += 1
+        self._turn.notify_all()
+
+
+_writer_queues: weakref.WeakKeyDictionary[Engine, FairWriterQueue] = weakref.WeakKeyDictionary()
+_writer_queues_guard = threading.Lock()
+
+
+def _writer_queue(factory: sessionmaker[Session]) -> FairWriterQueue | None:
+    engine = factory.kw.get("bind")
+    if not isinstance(engine, Engine) or engine.dialect.name != "sqlite":
+        return None  # PostgreSQL queues writers on its row locks itself
+    with _writer_queues_guard:
+        queue = _writer_queues.get(engine)
+        if queue is None:
+            queue = _writer_queues[engine] = FairWriterQueue()
+        return queue
+
+
 @contextmanager
 def transaction(factory: sessionmaker[Session], *, read_only: bool = False) -> Iterator[Session]:
     """One unit of work: commit when the block succeeds, roll back when it raises.
 
-    ``read_only`` promises that the block writes nothing; SQLite then runs it beside writers."""
-    with factory() as session:
-        try:
-            if read_only:
-                session.connection(execution_options={READ_ONLY: True})
-            yield session
-            session.commit()
-        except BaseException:
-            session.rollback()
-            raise
+    ``read_only`` promises that the block writes nothing; SQLite then runs it beside writers.
+    SQLite's writers of this process queue for their turn in order (``FairWriterQueue``)."""
+    queue = None if read_only else _writer_queue(factory)
+    with contextlib.ExitStack() as stack:
+        if queue is not None:
+            stack.enter_context(queue.turn())
+        with factory() as session:
+            try:
+                if read_only:
+                    session.connection(execution_options={READ_ONLY: True})
+                yield session
+                session.commit()
+            except BaseException:
+                session.rollback()
+                raise

@@ -5,7 +5,8 @@ GPU 0 of node gpu-a turns unhealthy under the alias's engine: the reconciler loa
 gpu-b, and only once that one is READY drains gpu-a's (the alias serves throughout). Then the GPU
 it moved to faults too while no node has a healthy GPU left: the move is reported as stuck, on
 the deployment, in GET /evacuations and in the metric, and dropped once the GPU recovers.
-SQLite only (the SQL is shared with every other deployment test); each load costs ~30 s.
+SQLite only, on a database of its own (the SQL is shared with every other deployment test);
+each load costs ~30 s.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import Engine
 
+from control_plane import migrate
+from control_plane.db import make_engine
 from control_plane.settings import Settings
 from control_plane.triton.runtime import CACHE_DIR
 from control_plane.triton.server import TritonServer
@@ -34,8 +38,7 @@ from tests.control_plane.deployments.support import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.parametrize("backend", ["sqlite"], indirect=True)]
+pytestmark = pytest.mark.integration
 
 KEY_VARIABLE = "LLMCP_TEST_EVACUATION_TRITON_KEY"
 NODES = ("gpu-a", "gpu-b")
@@ -75,6 +78,22 @@ def repository_key() -> Iterator[str]:
 def triton_nodes(tmp_path_factory: pytest.TempPathFactory, repository_key: str
                  ) -> Iterator[dict[str, TritonServer]]:
     yield from running_nodes(tmp_path_factory, NODES, repository_key, "test-evacuation")
+
+
+@pytest.fixture(scope="module")
+def database_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    # A database of its own rather than the session's: the moves are the leader's to make, and
+    # in a whole test session another app on the session database can hold its leader lock.
+    url = f"sqlite:///{tmp_path_factory.mktemp('evacuation') / 'control_plane.db'}"
+    migrate.upgrade(url)
+    return url
+
+
+@pytest.fixture(scope="module")
+def engine(database_url: str) -> Iterator[Engine]:
+    engine = make_engine(database_url)
+    yield engine
+    engine.dispose()
 
 
 @pytest.fixture
@@ -122,18 +141,26 @@ def test_an_engine_leaves_a_faulty_gpu_for_healthy_room_and_says_when_there_is_n
                              params={"model": "small"}))["items"]
         return {item["node"]: item["state"] for item in items}
 
+    elections = client.app.state.elections  # type: ignore[attr-defined]
+    wait_until(lambda: bool(elections) and elections[-1].is_leader,
+               "this app to lead (only the leader moves engines)", 30)
+
     # The GPU under the engine reports uncorrectable ECC errors.
     inventory.set("gpu-a", 0, "unhealthy", ECC)
     seen_moving: list[dict[str, Any]] = []
     samples: list[dict[str, str]] = []
-    deadline = time.monotonic() + 2 * LOAD_TIMEOUT
+    # Within pytest's own timeout (600 s), so that a stuck move says what it saw.
+    deadline = time.monotonic() + LOAD_TIMEOUT + 150
     while True:
         samples.append(now := states())
         if not seen_moving:
             seen_moving.extend(_ok(http.get("/api/v1/evacuations", headers=headers))["items"])
         if now.get("gpu-a") == "UNLOADED" and now.get("gpu-b") == "READY":
             break
-        assert time.monotonic() < deadline, f"the engine did not move off gpu-a: {samples[-5:]}"
+        assert time.monotonic() < deadline, (
+            f"the engine did not move off gpu-a: {samples[-3:]}; evacuations "
+            f"{_ok(http.get('/api/v1/evacuations', headers=headers))['items']}; "
+            f"leading: {elections[-1].is_leader}")
         time.sleep(0.25)
     # The alias served throughout: gpu-a stayed READY until gpu-b was.
     assert all("READY" in sample.values() for sample in samples), samples

@@ -50,12 +50,12 @@ from bench.common import (
     wait_control_plane_ready,
     write_results,
 )
-from control_plane.deployments.specs import VersionSpec
 from control_plane.triton.config_builder import load_request
 from control_plane.triton.grpc_control import TritonGrpcControl
 from control_plane.triton.llm_client import GrpcStream
 from control_plane.triton.runtime import CACHE_DIR
 from control_plane.triton.server import TritonServer
+from control_plane.triton.specs import VersionSpec
 
 MODEL = "m"
 NODE = "node-a"

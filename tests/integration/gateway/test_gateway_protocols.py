@@ -87,7 +87,13 @@ def test_tritonclient_http_health_metadata_and_generate(stack: Stack) -> None:
             assert streamed.headers["content-type"].startswith("text/event-stream")
             events = [json.loads(line[6:]) for line in streamed.iter_lines()
                       if line.startswith("data: ")]
-    assert len(events) == 8 and "Paris" in "".join(e["text_output"] for e in events)
+    # 8 tokens in at most 8 events: one event may carry several (vLLM's deltas hold what the
+    # engine made since the last one, seen as 6 events for 8 tokens on a busy machine); the same
+    # greedy text as the answer in one piece.
+    streamed_text = "".join(e["text_output"] for e in events)
+    assert 1 <= len(events) <= 8, events
+    assert "Paris" in streamed_text and once.json()["text_output"].endswith(streamed_text), \
+        (streamed_text, once.json()["text_output"])
 
 
 def test_tritonclient_grpc_streaming_with_priority_reaching_the_backend(stack: Stack) -> None:

@@ -21,7 +21,7 @@ from control_plane.adapters.routes import router as adapters_router
 from control_plane.auth.routes import router as auth_router
 from control_plane.autoscaling.routes import router as autoscaling_router
 from control_plane.autoscaling.scaler import Autoscaler
-from control_plane.db import make_engine, make_session_factory, transaction
+from control_plane.db import database_url, make_engine, make_session_factory, transaction
 from control_plane.deployments import service as deployments
 from control_plane.deployments import work as deployment_work
 from control_plane.deployments.actuator import Actuator
@@ -134,7 +134,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     webhook_sender = WebhookSender.from_settings(session_factory, settings, metrics)
     actuator = Actuator(session_factory, node_control.connect, config_builder.load_request,
                         placer=placer,
-                        node_locks=NodeLocks(engine.url.render_as_string(hide_password=False)))
+                        node_locks=NodeLocks(database_url(session_factory)))
     adapter_actuator = AdapterActuator(session_factory, adapter_control.connect)
     elections: list[LeaderElection] = []
     reconciler = Reconciler(actuator, interval_s=settings.reconcile_interval_seconds,

@@ -111,6 +111,13 @@ def ensure_sqlite_directory(url: str) -> None:
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
 
 
+def database_url(factory: sessionmaker[Session]) -> str:
+    """The URL (password included) of the database a session factory opens sessions on: what a
+    database lock (``leader.LeaderLock``) connects to."""
+    engine: Engine = factory.kw["bind"]
+    return engine.url.render_as_string(hide_password=False)
+
+
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:
     # Objects stay readable after commit: responses are built from them once the transaction ends.
     return sessionmaker(engine, expire_on_commit=False)

@@ -35,7 +35,6 @@ from control_plane.registry.service import get_model
 
 LOAD = "adapter.load"
 UNLOAD = "adapter.unload"
-KINDS = (LOAD, UNLOAD)
 
 
 def deployment_label(deployment: Deployment) -> str:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from control_plane.db import transaction
+from control_plane.db import database_url, transaction
 from control_plane.deployments.booking import GpuBooker
 from control_plane.deployments.orm import Deployment, DeploymentState, NodeHealth
 from control_plane.deployments.repository import DeploymentRepository
@@ -63,7 +63,7 @@ class Actuator:
         # instance group and nothing is booked.
         self.placer = placer
         self.unload_wait_s = unload_wait_s
-        self._node_locks = node_locks or NodeLocks(_database_url(session_factory))
+        self._node_locks = node_locks or NodeLocks(database_url(session_factory))
 
     def node_lock(self, node_id: int) -> NodeLock:
         """One action at a time per node, across threads and processes: a reconcile pass and an
@@ -273,7 +273,3 @@ def _close(control: TritonControl) -> None:
     if close is not None:
         close()
 
-
-def _database_url(session_factory: sessionmaker[Session]) -> str:
-    engine = session_factory.kw["bind"]
-    return str(engine.url.render_as_string(hide_password=False))

@@ -27,7 +27,6 @@ from control_plane.registry.service import get_model
 APPLY = "deployment.apply"
 REMOVE = "deployment.remove"
 SWAP = "alias.swap"
-KINDS = (APPLY, REMOVE, SWAP)
 
 
 def snapshot(deployment: Deployment) -> dict[str, Any]:

@@ -12,8 +12,6 @@ from sqlalchemy.orm import Session
 
 from control_plane.operations.orm import Operation, OperationLock, OperationStatus
 
-UNFINISHED = (OperationStatus.PENDING.value, OperationStatus.RUNNING.value)
-
 
 @dataclass(frozen=True)
 class OperationFilter:
@@ -143,7 +141,3 @@ class OperationRepository:
                 OperationLock.operation_id == operation_id))
         self.session.expire_all()
         return moved
-
-    def unfinished(self, kinds: Sequence[str]) -> Sequence[Operation]:
-        return self.session.scalars(select(Operation).where(
-            Operation.kind.in_(kinds), Operation.status.in_(UNFINISHED))).all()

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from control_plane.db import transaction, utcnow
+from control_plane.db import database_url, transaction, utcnow
 from control_plane.deployments import service as deployments
 from control_plane.deployments.repository import DeploymentRepository
 from control_plane.leader import LeaderLock
@@ -61,8 +61,7 @@ class PromotionDriver:
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="promotion")
         self.stopping = threading.Event()
         self.adopt_every_s = adopt_every_s
-        engine = session_factory.kw["bind"]
-        self.database_url = str(engine.url.render_as_string(hide_password=False))
+        self.database_url = database_url(session_factory)
         self._driving: set[str] = set()
         self._guard = threading.Lock()
         self._adopter: threading.Thread | None = None

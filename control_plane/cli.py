@@ -38,7 +38,8 @@ def migrate() -> None:
 def create_token(
     name: Annotated[str, typer.Option(help="who or what uses the token (shown in the audit log)")],
     scope: Annotated[Scope, typer.Option(
-        help="read < report (read, and report usage: a gateway's) < write < admin")
+        help="read < report (read, and report usage: a gateway's) < node (also register a "
+             "node and take it out: a node agent's) < write < admin")
     ] = Scope.READ,
 ) -> None:
     """Create an API token and print its secret; it is shown this once and never stored."""

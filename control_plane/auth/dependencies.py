@@ -54,6 +54,7 @@ def require_scope_briefly(required: Scope) -> Callable[..., Actor]:
 
 Reader = Annotated[Actor, Depends(require_scope(Scope.READ))]
 Reporter = Annotated[Actor, Depends(require_scope(Scope.REPORT))]
+NodeAgent = Annotated[Actor, Depends(require_scope(Scope.NODE))]
 Writer = Annotated[Actor, Depends(require_scope(Scope.WRITE))]
 Admin = Annotated[Actor, Depends(require_scope(Scope.ADMIN))]
 WaitingReader = Annotated[Actor, Depends(require_scope_briefly(Scope.READ))]

@@ -7,11 +7,14 @@ from enum import StrEnum
 
 
 class Scope(StrEnum):
-    """What a token may do; each scope includes the ones below it (admin > write > report >
-    read). ``report``: read, and report usage (a gateway's token)."""
+    """What a token may do; each scope includes the ones below it (admin > write > node > report >
+    read). ``report``: read, and report usage (a gateway's token). ``node``: also register a
+    Triton node and take it out (a node agent's token: it can change no model, alias or
+    deployment)."""
 
     READ = "read"
     REPORT = "report"
+    NODE = "node"
     WRITE = "write"
     ADMIN = "admin"
 
@@ -19,7 +22,7 @@ class Scope(StrEnum):
         return _RANK[self] >= _RANK[required]
 
 
-_RANK = {Scope.READ: 0, Scope.REPORT: 1, Scope.WRITE: 2, Scope.ADMIN: 3}
+_RANK = {Scope.READ: 0, Scope.REPORT: 1, Scope.NODE: 2, Scope.WRITE: 3, Scope.ADMIN: 4}
 
 
 @dataclass(frozen=True)

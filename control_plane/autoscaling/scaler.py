@@ -266,7 +266,7 @@ class _Fleet:
         repository = DeploymentRepository(session)
         counts = repository.count_by_node()
         return cls([(node.id, node.name, counts.get(node.id, 0))
-                    for node in NodeRepository(session).all() if _up(repository, node.id)],
+                    for node in NodeRepository(session).in_service() if _up(repository, node.id)],
                    deployments.busy_deployment_ids(session))
 
 

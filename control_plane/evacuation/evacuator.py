@@ -159,11 +159,12 @@ def _move(row: GpuEvacuation) -> MoveUnderWay:
 
 
 def _candidates(session: Session, deployment: Deployment) -> list[TritonNode]:
-    """Nodes with GPUs, not seen down, that do not serve the alias yet."""
+    """Nodes with GPUs, in service (not cordoned) and not seen down, that do not serve the alias
+    yet."""
     repository = DeploymentRepository(session)
     taken = {d.node_id for d in repository.of_alias(deployment.model_id, deployment.alias)}
     nodes = []
-    for node in NodeRepository(session).all():
+    for node in NodeRepository(session).in_service():
         status = repository.node_health(node.id)
         if node.id in taken or node.gpu_inventory is None or \
                 (status is not None and status.health != NodeHealth.UP):

@@ -29,6 +29,9 @@ class TritonNode(Base):
     gpu_inventory: Mapped[str | None] = mapped_column(String(600))
     # GPU UUIDs an operator keeps out of placement (maintenance, a faulty card).
     excluded_gpus: Mapped[list[str]] = mapped_column(JSON, default=list)
+    # Set while the node is taken out of service (its agent is leaving, or an operator cordoned
+    # it): gateways route nothing to it and nothing new is placed there; cleared when it joins.
+    cordoned_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     revision: Mapped[int] = mapped_column(Integer)

@@ -25,6 +25,11 @@ class NodeRepository:
     def all(self) -> Sequence[TritonNode]:
         return self.session.scalars(select(TritonNode).order_by(TritonNode.name)).all()
 
+    def in_service(self) -> Sequence[TritonNode]:
+        """Nodes not cordoned: where new engines may go."""
+        return self.session.scalars(select(TritonNode).where(TritonNode.cordoned_at.is_(None))
+                                    .order_by(TritonNode.name)).all()
+
     def list(self, labels: Mapping[str, str], limit: int, offset: int
              ) -> tuple[Sequence[TritonNode], int]:
         conditions = [TritonNode.labels[key].as_string() == value for key, value in labels.items()]

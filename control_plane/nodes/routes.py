@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
 from control_plane.api_params import IfMatch, LabelFilter
-from control_plane.auth.dependencies import Reader, Writer
+from control_plane.auth.dependencies import NodeAgent, Reader, Writer
 from control_plane.dependencies import AppSettings, DbSession
 from control_plane.error_handlers import error_responses
 from control_plane.idempotency.http import IdempotencyKeyHeader, respond_once
@@ -18,7 +18,14 @@ from control_plane.labels import parse_label_filter
 from control_plane.nodes import service
 from control_plane.nodes.dependents import NodeDependents, node_dependents
 from control_plane.nodes.orm import TritonNode
-from control_plane.nodes.schemas import NodeCreate, NodeName, NodeOut, NodeUpdate
+from control_plane.nodes.schemas import (
+    NodeCreate,
+    NodeLeave,
+    NodeName,
+    NodeOut,
+    NodeRegistration,
+    NodeUpdate,
+)
 from control_plane.nodes.triton_version import ObservedVersion
 from control_plane.pagination import Limit, Offset, Page
 from control_plane.settings import Settings
@@ -85,3 +92,23 @@ def remove_node(name: NodeName, session: DbSession, dependents: Dependents, acto
     dependents.check_removable(session, name)
     service.remove_node(session, actor, name, if_match)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.put("/{name}/registration", response_model=NodeOut, responses={201: {"model": NodeOut}})
+def join_node(name: NodeName, body: NodeRegistration, session: DbSession, settings: AppSettings,
+              dependents: Dependents, actor: NodeAgent) -> JSONResponse:
+    """A node's agent registers it as it starts (a ``node``-scope token): 201 the first time,
+    200 after (addresses refreshed, back in service). Safe to repeat."""
+    node, created = service.join(session, actor, name, body)
+    out = _out(session, settings, dependents, [node])[0]
+    return JSONResponse(out.model_dump(mode="json"),
+                        status_code=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+                        headers={"ETag": service.node_etag(node)})
+
+
+@router.delete("/{name}/registration", responses=error_responses(404))
+def leave_node(name: NodeName, session: DbSession, dependents: Dependents,
+               actor: NodeAgent) -> NodeLeave:
+    """A node's agent takes it out as it stops: cordoned at once, forgotten if nothing is
+    deployed there."""
+    return service.leave(session, actor, name, dependents.check_removable)

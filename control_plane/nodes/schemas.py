@@ -65,6 +65,27 @@ class NodeCreate(_Input):
     excluded_gpus: ExcludedGpus = Field(default_factory=list, description=_EXCLUDED_HELP)
 
 
+class NodeRegistration(_Input):
+    """What a node's agent says of itself when it joins: how to reach it, never what operators
+    decide for it (excluded GPUs)."""
+
+    http_url: NodeHttpUrl
+    grpc_url: GrpcAddress = Field(description="host:port of Triton's gRPC endpoint")
+    metrics_url: NodeHttpUrl | None = Field(default=None, description=_METRICS_HELP)
+    labels: Labels = Field(default_factory=dict)
+    api_key_ref: ApiKeyRef | None = Field(
+        default=None, description="where the control plane reads the node's repository-API key: "
+                                  "env:VAR or file:/path")
+    gpu_inventory: GpuInventorySpec | None = Field(default=None, description=_INVENTORY_HELP)
+
+
+class NodeLeave(BaseModel):
+    node: str
+    removed: bool = Field(description="true: nothing was deployed there and the node is "
+                                      "forgotten; false: it stays, cordoned, for its deployments")
+    detail: str
+
+
 class NodeUpdate(_Input):
     http_url: NodeHttpUrl | None = None
     grpc_url: GrpcAddress | None = None
@@ -74,6 +95,9 @@ class NodeUpdate(_Input):
     api_key_ref: ApiKeyRef | None = None
     gpu_inventory: GpuInventorySpec | None = Field(default=None, description=_INVENTORY_HELP)
     excluded_gpus: ExcludedGpus | None = Field(default=None, description=_EXCLUDED_HELP)
+    cordoned: bool | None = Field(
+        default=None, description="true: route nothing to the node and place nothing new there; "
+                                  "false: back in service")
 
 
 # Observed by the reconciler, not configured: left out of the audit log's snapshots.
@@ -89,6 +113,9 @@ class NodeOut(BaseModel):
     api_key_ref: str | None
     gpu_inventory: str | None
     excluded_gpus: list[str]
+    cordoned_at: datetime | None = Field(
+        description="since when the node is out of service (routing and placement skip it); "
+                    "null while it serves")
     created_at: datetime
     updated_at: datetime
     server_version: str | None = Field(
@@ -101,7 +128,8 @@ class NodeOut(BaseModel):
         return cls(name=node.name, http_url=node.http_url, grpc_url=node.grpc_url,
                    metrics_url=node.metrics_url, labels=node.labels,
                    api_key_ref=node.api_key_ref, gpu_inventory=node.gpu_inventory,
-                   excluded_gpus=node.excluded_gpus, created_at=node.created_at,
+                   excluded_gpus=node.excluded_gpus, cordoned_at=node.cordoned_at,
+                   created_at=node.created_at,
                    updated_at=node.updated_at,
                    server_version=None if version is None else version.server_version,
                    version_warning=None if version is None else version.warning)

@@ -28,7 +28,9 @@ _ROUTABLE = (
     # READY serves; so does LOADING with a serving version: during a swap the old version keeps
     # answering under the same Triton name while the new one loads. A READY deployment always
     # has a serving version (the actuator sets both at once).
-    .where(Deployment.wanted.is_(True),
+    # A cordoned node is leaving (or kept out by an operator): nothing new goes there while its
+    # open streams drain.
+    .where(Deployment.wanted.is_(True), TritonNode.cordoned_at.is_(None),
            Deployment.state.in_([DeploymentState.READY.value, DeploymentState.LOADING.value]),
            Deployment.serving_version.is_not(None))
     .order_by(Model.name, Deployment.alias, TritonNode.name))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -41,22 +43,43 @@ def create_token(
         help="read < report (read, and report usage: a gateway's) < node (also register a "
              "node and take it out: a node agent's) < write < admin")
     ] = Scope.READ,
+    secret_file: Annotated[Path | None, typer.Option(
+        help="take the secret from this file (e.g. a mounted Kubernetes or compose secret) "
+             "instead of generating one; nothing is printed, and running it again is a no-op")
+    ] = None,
 ) -> None:
     """Create an API token and print its secret; it is shown this once and never stored."""
     settings = Settings()
+    provided = None if secret_file is None else _read_secret(secret_file)
     engine = make_engine(settings.database_url)
+    actor = Actor(name=CLI_ACTOR, scope=Scope.ADMIN)
     try:
         with transaction(make_session_factory(engine)) as session:
-            issued = tokens.create_token(session, Actor(name=CLI_ACTOR, scope=Scope.ADMIN),
-                                         name, scope)
+            if provided is not None:
+                created = tokens.import_token(session, actor, name, scope, provided)
+            else:
+                issued = tokens.create_token(session, actor, name, scope)
     except ControlPlaneError as exc:
         typer.echo(f"error: {exc.message}", err=True)
         raise typer.Exit(code=1) from exc
     finally:
         engine.dispose()
+    if provided is not None:
+        typer.echo(f"token '{name}' with scope '{scope.value}' "
+                   f"{'created' if created else 'already accepts that secret'} "
+                   f"(secret from {secret_file})")
+        return
     typer.echo(f"created token '{issued.name}' with scope '{issued.scope}'; save the secret now, "
                "it is not shown again:", err=True)
     typer.echo(issued.secret)
+
+
+def _read_secret(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        typer.echo(f"error: cannot read the secret file {path}: {exc.strerror}", err=True)
+        raise typer.Exit(code=1) from exc
 
 
 @app.command()
@@ -67,15 +90,23 @@ def serve(
     workers: Annotated[int | None, typer.Option(
         min=1, max=64, help="worker processes (default LLMCP_WORKERS, 1); several use more "
                             "cores, and any number of replicas may share one database")] = None,
+    host: Annotated[str | None, typer.Option(help="address to listen on (default LLMCP_HOST)")
+                    ] = None,
+    port: Annotated[int | None, typer.Option(min=1, max=65535,
+                                             help="port (default LLMCP_PORT, 8080)")] = None,
 ) -> None:
     """Serve the admin REST API (migrate first)."""
-    settings = Settings()
+    overrides: dict[str, object] = {key: value for key, value in (("host", host), ("port", port))
+                                    if value is not None}
+    settings = Settings.model_validate(overrides)
     count = workers or settings.workers
     if count == 1:
         uvicorn.run(worker_app(settings), host=settings.host, port=settings.port,
                     access_log=access_log)
         return
     # Each worker builds its own app (its engine, runner, leader contender) after the fork.
+    # The workers read their settings from the environment: hand them the overrides there.
+    os.environ.update({f"LLMCP_{key.upper()}": str(value) for key, value in overrides.items()})
     uvicorn.run("control_plane.cli:worker_app", factory=True, workers=count,
                 host=settings.host, port=settings.port, access_log=access_log)
 

@@ -32,11 +32,19 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def create_token(session: Session, actor: Actor, name: str, scope: Scope) -> IssuedToken:
-    """Create a token; its secret exists only in the returned value."""
+# A secret an operator brings (a Kubernetes or compose secret) must be as hard to guess as ours.
+MIN_PROVIDED_SECRET_LENGTH = 32
+
+
+def _check_name(name: str) -> None:
     if not TOKEN_NAME.match(name):
         raise InvalidRequest(f"token name '{name}' is not allowed: use 1-64 letters, digits, "
                              "'.', '_', '@' or '-', starting with a letter or digit")
+
+
+def create_token(session: Session, actor: Actor, name: str, scope: Scope) -> IssuedToken:
+    """Create a token; its secret exists only in the returned value."""
+    _check_name(name)
     repository = TokenRepository(session)
     if repository.get_by_name(name) is not None:
         raise Conflict(f"a token named '{name}' already exists; pick another name")
@@ -45,6 +53,30 @@ def create_token(session: Session, actor: Actor, name: str, scope: Scope) -> Iss
     audit.record(session, actor, "token.create", "token", name, after={"name": name,
                                                                         "scope": scope.value})
     return IssuedToken(name=name, scope=scope, secret=secret)
+
+
+def import_token(session: Session, actor: Actor, name: str, scope: Scope, secret: str) -> bool:
+    """Make sure a token named ``name`` with ``scope`` accepts ``secret``, a secret generated
+    outside (a deployment's secret store, shared with the process that uses it). Returns False
+    when it already does: a migration job may run again. A token of that name with another
+    secret or scope is a conflict: rotating one is a revoke, then an import."""
+    _check_name(name)
+    if len(secret) < MIN_PROVIDED_SECRET_LENGTH or any(c.isspace() for c in secret):
+        raise InvalidRequest(f"the secret for token '{name}' must be at least "
+                             f"{MIN_PROVIDED_SECRET_LENGTH} characters with no spaces; generate "
+                             "one with e.g. 'openssl rand -hex 32'")
+    repository = TokenRepository(session)
+    existing = repository.get_by_name(name)
+    if existing is not None:
+        if existing.secret_hash == hash_secret(secret) and existing.scope == scope.value:
+            return False
+        raise Conflict(f"a token named '{name}' already exists with another secret or scope "
+                       f"('{existing.scope}'); revoke it first ('llm-control-plane tokens "
+                       f"revoke {name}') to replace it")
+    repository.add(ApiToken(name=name, scope=scope.value, secret_hash=hash_secret(secret)))
+    audit.record(session, actor, "token.import", "token", name, after={"name": name,
+                                                                        "scope": scope.value})
+    return True
 
 
 def list_tokens(session: Session, limit: int, offset: int) -> tuple[Sequence[ApiToken], int]:

@@ -49,3 +49,35 @@ def test_tokens_create_prints_a_working_secret_once(
 def test_unknown_scope_is_refused(scope: str) -> None:
     result = CliRunner().invoke(cli, ["tokens", "create", "--name", "x", "--scope", scope])
     assert result.exit_code == 2
+
+
+def test_tokens_create_from_a_secret_file_is_repeatable(
+        client: TestClient, database_url: str, tmp_path: Path) -> None:
+    """A deployment's migration job bootstraps the tokens its processes read from mounted
+    secrets: the secret is the file's, and a second run changes nothing."""
+    runner = CliRunner()
+    env = {"LLMCP_DATABASE_URL": database_url}
+    secret_file = tmp_path / "node-token"
+    secret_file.write_text("n0de-" + "x" * 40 + "\n")
+    command = ["tokens", "create", "--name", "nodes", "--scope", "node",
+               "--secret-file", str(secret_file)]
+    first = runner.invoke(cli, command, env=env)
+    assert first.exit_code == 0, first.output
+    assert "created" in first.stdout and "x" * 40 not in first.output
+    again = runner.invoke(cli, command, env=env)
+    assert again.exit_code == 0 and "already accepts" in again.stdout
+
+    headers = {"Authorization": f"Bearer {'n0de-' + 'x' * 40}"}
+    assert client.get("/api/v1/nodes", headers=headers).status_code == 200
+    assert client.post("/api/v1/models", headers=headers, json={"name": "m"}).status_code == 403
+
+    # Another secret under that name, a short secret, a missing file: refused, nothing changed.
+    secret_file.write_text("y" * 40)
+    other = runner.invoke(cli, command, env=env)
+    assert other.exit_code == 1 and "revoke it first" in other.stderr
+    (tmp_path / "short").write_text("tiny")
+    short = runner.invoke(cli, [*command[:-1], str(tmp_path / "short")], env=env)
+    assert short.exit_code == 1 and "at least 32 characters" in short.stderr
+    missing = runner.invoke(cli, [*command[:-1], str(tmp_path / "absent")], env=env)
+    assert missing.exit_code == 1 and "cannot read the secret file" in missing.stderr
+    assert client.get("/api/v1/nodes", headers=headers).status_code == 200

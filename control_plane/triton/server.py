@@ -53,10 +53,16 @@ class TritonServer:
     def __init__(self, model_repository: Path, ports: TritonPorts | None = None,
                  log_path: Path | None = None, extra_args: list[str] | None = None,
                  runtime: TritonRuntime | None = None, repository_key: str | None = None,
-                 environment: Mapping[str, str] | None = None) -> None:
+                 environment: Mapping[str, str] | None = None,
+                 bind_address: str = "127.0.0.1", log_to_stdout: bool = False) -> None:
         """``environment``: variables for this server's processes over the inherited ones (e.g.
-        ``VLLM_CPU_OMP_THREADS_BIND`` to pin its engines to cores of their own)."""
+        ``VLLM_CPU_OMP_THREADS_BIND`` to pin its engines to cores of their own).
+        ``bind_address``: where its ports listen (a node in a container: ``0.0.0.0``; loopback
+        answers either way). ``log_to_stdout``: its log goes to our standard output (a
+        container's log) rather than a file."""
         self.model_repository = model_repository
+        self.bind_address = bind_address
+        self.log_to_stdout = log_to_stdout
         self.extra_environment = dict(environment or {})
         # Checked now, so a bad key fails here rather than as tritonserver's exit code later.
         self.repository_key = (None if repository_key is None
@@ -86,11 +92,11 @@ class TritonServer:
             "--model-control-mode=explicit",
             f"--backend-directory={self.runtime.backends_dir}",
             f"--cache-directory={self.runtime.cache_dir}",
-            "--http-address=127.0.0.1",
+            f"--http-address={self.bind_address}",
             f"--http-port={self.ports.http}",
-            "--grpc-address=127.0.0.1",
+            f"--grpc-address={self.bind_address}",
             f"--grpc-port={self.ports.grpc}",
-            "--metrics-address=127.0.0.1",
+            f"--metrics-address={self.bind_address}",
             f"--metrics-port={self.ports.metrics}",
             "--strict-readiness=true",
             "--exit-timeout-secs=10",
@@ -116,25 +122,33 @@ class TritonServer:
         return env
 
     def start(self, timeout: float = 60.0) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_file = self.log_path.open("ab")
+        if self.log_to_stdout:
+            log_file = None
+        else:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_file = self.log_path.open("ab")
         self.process = subprocess.Popen(
             self.command(), stdout=log_file, stderr=subprocess.STDOUT, env=self.environment(),
             # Its own session, so a terminal's Ctrl-C reaches it only through us.
             start_new_session=True,
         )
-        log_file.close()
+        if log_file is not None:
+            log_file.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(
-                    f"tritonserver exited with {self.process.returncode}; see {self.log_path}"
+                    f"tritonserver exited with {self.process.returncode}; see {self._log_name}"
                 )
             if self.is_live():
                 return
             time.sleep(0.1)
         self.stop()
-        raise RuntimeError(f"tritonserver was not live after {timeout:.0f} s; see {self.log_path}")
+        raise RuntimeError(f"tritonserver was not live after {timeout:.0f} s; see {self._log_name}")
+
+    @property
+    def _log_name(self) -> str:
+        return "its log above" if self.log_to_stdout else str(self.log_path)
 
     def is_live(self) -> bool:
         try:

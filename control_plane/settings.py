@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -17,7 +18,11 @@ DEFAULT_DATABASE_PATH = CACHE_DIR / "control_plane.db"
 class Settings(BaseSettings):
     """Everything the control plane reads from its environment."""
 
-    model_config = SettingsConfigDict(env_prefix="LLMCP_", env_file=".env", extra="ignore")
+    # LLMCP_SECRETS_DIR: a directory of files named like the variables (llmcp_database_url),
+    # each holding that variable's value: secrets mounted as files (compose, Kubernetes) rather
+    # than written into an environment.
+    model_config = SettingsConfigDict(env_prefix="LLMCP_", env_file=".env", extra="ignore",
+                                      secrets_dir=os.environ.get("LLMCP_SECRETS_DIR"))
 
     database_url: str = Field(
         default=f"sqlite:///{DEFAULT_DATABASE_PATH}",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
 
 from pydantic import Field, SecretStr
@@ -20,7 +21,11 @@ class RoutingPolicy(StrEnum):
 class GatewaySettings(BaseSettings):
     """Everything the gateway reads from its environment."""
 
-    model_config = SettingsConfigDict(env_prefix="LLMGW_", env_file=".env", extra="ignore")
+    # LLMGW_SECRETS_DIR: a directory of files named like the variables
+    # (llmgw_control_plane_token, llmgw_gateway_secret), each holding that variable's value:
+    # secrets mounted as files (compose, Kubernetes) rather than written into an environment.
+    model_config = SettingsConfigDict(env_prefix="LLMGW_", env_file=".env", extra="ignore",
+                                      secrets_dir=os.environ.get("LLMGW_SECRETS_DIR"))
 
     host: str = Field(default="0.0.0.0", description="address the public ports bind to")
     http_port: int = Field(default=8000, ge=1, le=65535, description="HTTP: KServe v2 and OpenAI")

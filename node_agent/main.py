@@ -25,6 +25,7 @@ from types import FrameType
 from pydantic import ValidationError
 
 from control_plane.triton.server import TritonPorts, TritonServer
+from llm_backend.gateway_trust import GATEWAY_SECRET_ENV
 from node_agent.registration import Registration, RegistrationRefused
 from node_agent.settings import NodeSettings
 
@@ -39,6 +40,7 @@ def _settings() -> NodeSettings:
         settings = NodeSettings()  # type: ignore[call-arg]  # required fields come from the env
         settings.token_secret()
         settings.repository_key()
+        settings.gateway_secret()
     except (ValidationError, ValueError) as exc:
         log.error("llm-node: bad settings: %s", exc)
         sys.exit(EXIT_BAD_SETTINGS)
@@ -47,11 +49,13 @@ def _settings() -> NodeSettings:
 
 def run(settings: NodeSettings, stop: threading.Event) -> int:
     settings.model_repository.mkdir(parents=True, exist_ok=True)
+    gateway_secret = settings.gateway_secret()
     server = TritonServer(
         settings.model_repository,
         ports=TritonPorts(http=settings.http_port, grpc=settings.grpc_port,
                           metrics=settings.metrics_port),
-        repository_key=settings.repository_key(), bind_address="0.0.0.0", log_to_stdout=True)
+        repository_key=settings.repository_key(), bind_address="0.0.0.0", log_to_stdout=True,
+        environment={} if gateway_secret is None else {GATEWAY_SECRET_ENV: gateway_secret})
     registration = Registration(settings)
     try:
         server.start(timeout=settings.start_timeout_seconds)

@@ -28,6 +28,9 @@ class NodeSettings(BaseSettings):
                     "shared with the control plane only)")
     api_key_ref: str = Field(
         description="where the control plane reads that key: env:VAR or file:/path on its side")
+    gateway_secret_file: Path | None = Field(
+        default=None, description="a file holding the secret shared with the gateways (the "
+                                  "backend trusts their tenant parameter only with it)")
     labels: dict[str, str] = Field(default_factory=dict, description="JSON object")
     gpu_inventory: str | None = Field(
         default=None, description="none, nvml, or metrics:<url of this node's Triton metrics>; "
@@ -66,6 +69,11 @@ class NodeSettings(BaseSettings):
             raise ValueError("set LLM_NODE_TOKEN_FILE (or LLM_NODE_TOKEN) to a node-scope token "
                              "('llm-control-plane tokens create --scope node')")
         return _read(self.token_file, "LLM_NODE_TOKEN_FILE")
+
+    def gateway_secret(self) -> str | None:
+        if self.gateway_secret_file is None:
+            return None
+        return _read(self.gateway_secret_file, "LLM_NODE_GATEWAY_SECRET_FILE")
 
     def repository_key(self) -> str:
         return _read(self.repository_key_file, "LLM_NODE_REPOSITORY_KEY_FILE")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,3 +41,21 @@ def test_dotenv_file_in_the_working_directory_is_read(
     monkeypatch.delenv("LLMCP_DATABASE_URL", raising=False)
     (tmp_path / ".env").write_text("LLMCP_DATABASE_URL=sqlite:////srv/cp.db\n")
     assert Settings().database_url == "sqlite:////srv/cp.db"
+
+
+def test_secrets_come_from_files_in_the_secrets_dir(tmp_path: Path) -> None:
+    """Compose and Kubernetes mount secrets as files: LLMCP_SECRETS_DIR and LLMGW_SECRETS_DIR
+    name a directory whose files are variables' values."""
+    (tmp_path / "llmcp_database_url").write_text("postgresql+psycopg://llmcp:s3cret@db/llmcp\n")
+    (tmp_path / "llmgw_control_plane_token").write_text("llmcp_from-a-file")
+    code = ("from control_plane.settings import Settings; from gateway.settings import "
+            "GatewaySettings; print(Settings().database_url); "
+            "print(GatewaySettings().control_plane_token.get_secret_value())")
+    environment = {key: value for key, value in os.environ.items()
+                   if not key.startswith(("LLMCP_", "LLMGW_"))}
+    result = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                            text=True, cwd=tmp_path,
+                            env={**environment, "LLMCP_SECRETS_DIR": str(tmp_path),
+                                 "LLMGW_SECRETS_DIR": str(tmp_path)})
+    assert result.stdout.split() == ["postgresql+psycopg://llmcp:s3cret@db/llmcp",
+                                     "llmcp_from-a-file"]

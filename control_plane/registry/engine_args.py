@@ -3,45 +3,26 @@
 from __future__ import annotations
 
 import difflib
-import functools
-import json
-import subprocess
-import sys
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from control_plane.errors import UnknownEngineArgument
+from control_plane.registry import vllm_catalogue
 
 # Set by the control plane from the version's source; a second value would only disagree with it.
 RESERVED = frozenset({"model"})
 
 
-# Read in a child interpreter, not imported: vLLM pulls in torch, whose ~500,000 objects would stay
-# in the control plane for good, and every full garbage collection would scan them (~0.4 s, held
-# under the GIL: a latency spike for every request in flight, every few seconds under load).
-_READ_FIELD_NAMES = ("import json; from vllm import AsyncEngineArgs; "
-                     "print(json.dumps(sorted(AsyncEngineArgs.__dataclass_fields__)))")
-# One child at a time: concurrent first registrations wait for its answer instead of each
-# starting their own.
+# One reader at a time: concurrent first registrations wait for its answer instead of each
+# starting their own vLLM.
 _read_lock = threading.Lock()
 
 
 def vllm_engine_arg_names() -> frozenset[str]:
-    """The field names of the installed vLLM's ``AsyncEngineArgs``."""
+    """The field names of vLLM's ``AsyncEngineArgs`` (the installed vLLM, or the catalogue)."""
     with _read_lock:
-        return _read_vllm_engine_arg_names()
-
-
-@functools.cache
-def _read_vllm_engine_arg_names() -> frozenset[str]:
-    done = subprocess.run([sys.executable, "-c", _READ_FIELD_NAMES], capture_output=True,
-                          text=True, timeout=300, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"cannot read vLLM's engine arguments with {sys.executable} (is vLLM "
-                           f"installed there?): {done.stderr.strip()[-1000:]}")
-    names: list[str] = json.loads(done.stdout.splitlines()[-1])
-    return frozenset(names)
+        return frozenset(vllm_catalogue.catalogue()["engine_args"])
 
 
 def check_engine_args(args: Mapping[str, Any], known: Iterable[str] | None = None) -> None:

@@ -8,7 +8,6 @@ fetches it, and the result says so.
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from control_plane.errors import InvalidStateTransition, PreconditionFailed, Val
 from control_plane.operations import service as operations
 from control_plane.operations.orm import Operation
 from control_plane.operations.runner import OperationContext
+from control_plane.registry import vllm_catalogue
 from control_plane.registry.orm import VersionState
 from control_plane.registry.repository import VersionRepository
 from control_plane.registry.schemas import VersionOut
@@ -35,13 +35,9 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
 
 
-@functools.cache
 def vllm_architectures() -> frozenset[str]:
-    """The model architectures the installed vLLM can run."""
-    # Imported on first use, as in engine_args: vLLM pulls in torch.
-    from vllm import ModelRegistry
-
-    return frozenset(ModelRegistry.get_supported_archs())
+    """The model architectures vLLM can run (the installed vLLM, or the catalogue)."""
+    return frozenset(vllm_catalogue.catalogue()["architectures"])
 
 
 @dataclass

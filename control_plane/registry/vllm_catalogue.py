@@ -1,0 +1,66 @@
+"""What the pinned vLLM accepts, written down for a control plane that runs without vLLM (its
+slim container image): ``AsyncEngineArgs``' field names and the model architectures it runs.
+
+Where vLLM is installed (a developer machine, a test run) the control plane asks it directly;
+otherwise it reads ``vllm_catalogue.json``, generated from the vLLM of the lock file by
+``python -m control_plane.registry.vllm_catalogue write``. A test compares the file with the
+installed vLLM, so a vLLM upgrade without regenerating it fails CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+CATALOGUE = Path(__file__).with_name("vllm_catalogue.json")
+
+# Run in a child interpreter: vLLM pulls in torch, whose objects would stay in the control plane
+# for good, and every full garbage collection would scan them (a latency spike under load).
+_READ = ("import json, vllm; from vllm import AsyncEngineArgs, ModelRegistry; "
+         "print(json.dumps({'vllm': vllm.__version__, "
+         "'engine_args': sorted(AsyncEngineArgs.__dataclass_fields__), "
+         "'architectures': sorted(ModelRegistry.get_supported_archs())}))")
+
+
+def vllm_installed() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def read_installed() -> dict[str, Any]:
+    """The installed vLLM's version, engine argument names and architectures."""
+    done = subprocess.run([sys.executable, "-c", _READ], capture_output=True, text=True,
+                          timeout=300, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"cannot read vLLM's engine arguments with {sys.executable} (is vLLM "
+                           f"installed there?): {done.stderr.strip()[-1000:]}")
+    found: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return found
+
+
+@cache
+def catalogue() -> dict[str, Any]:
+    """The installed vLLM's answer if there is one, else the file's."""
+    if vllm_installed():
+        return read_installed()
+    written: dict[str, Any] = json.loads(CATALOGUE.read_text())
+    return written
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("command", choices=["write"])
+    parser.parse_args()
+    found = read_installed()
+    CATALOGUE.write_text(json.dumps(found, indent=1) + "\n")
+    print(f"wrote {CATALOGUE} for vLLM {found['vllm']}: {len(found['engine_args'])} engine "
+          f"arguments, {len(found['architectures'])} architectures")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""The catalogue a control plane without vLLM (its slim image) checks versions against: it must
+say what the pinned vLLM says, and be what such a control plane reads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from control_plane.errors import UnknownEngineArgument
+from control_plane.registry import vllm_catalogue
+from control_plane.registry.engine_args import check_engine_args, vllm_engine_arg_names
+from control_plane.registry.validation import vllm_architectures
+
+
+def test_the_file_matches_the_installed_vllm() -> None:
+    written = json.loads(vllm_catalogue.CATALOGUE.read_text())
+    installed = vllm_catalogue.read_installed()
+    assert written == installed, (
+        "control_plane/registry/vllm_catalogue.json is stale: run "
+        "'python -m control_plane.registry.vllm_catalogue write'")
+
+
+def test_without_vllm_the_file_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vllm_catalogue, "vllm_installed", lambda: False)
+    vllm_catalogue.catalogue.cache_clear()
+    try:
+        assert "max_model_len" in vllm_engine_arg_names()
+        assert "LlamaForCausalLM" in vllm_architectures()
+        with pytest.raises(UnknownEngineArgument, match="did you mean 'max_model_len'"):
+            check_engine_args({"max_model_length": 512})
+    finally:
+        vllm_catalogue.catalogue.cache_clear()

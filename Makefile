@@ -1,7 +1,7 @@
 # Two commands do all the set-up (each installs what is missing first, then reuses it):
 #   make serve   the gateway + control plane + tritonserver with the demo LLM through our vLLM backend
 #   make test    the whole test suite (what CI runs)
-.PHONY: setup serve test lint unit-test bench bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement bench-burst bench-promotion bench-gateway bench-limits bench-fairness bench-autoscale
+.PHONY: setup serve test lint unit-test docker-build docker-e2e bench bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement bench-burst bench-promotion bench-gateway bench-limits bench-fairness bench-autoscale
 
 PYTHON := .venv/bin/python
 
@@ -21,6 +21,13 @@ lint: setup
 
 unit-test: setup
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/unit
+
+# The images (CPU variant, from local bases) and the compose stack run for real (what CI runs).
+docker-build: setup
+	bash docker/build.sh
+
+docker-e2e: setup
+	bash docker/ci.sh
 
 bench: bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement bench-burst bench-promotion bench-gateway bench-limits bench-fairness bench-autoscale
 

@@ -80,6 +80,9 @@ SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY", re.IGNORECASE)
 # A value that names where a secret lies rather than holding it.
 SECRET_FILE = re.compile(r"^(file:)?/run/secrets/\S+$")
 URL_CREDENTIALS = re.compile(r"://[^/\s:@]+:[^/\s@]+@")
+# Files that hold secrets by their name; COPY/ADD of one bakes it into a layer for good.
+SECRET_FILE_NAME = re.compile(
+    r"(^|/)(\.env(\.[\w.-]+)?|secrets?|id_rsa|id_ed25519|[^/]+\.(pem|key))/?$")
 URL = re.compile(r"https?://[^/\s'\"]+?(?::(?P<port>\d+))?(?P<path>/[^\s'\"?]*)")
 WORKLOADS = {"Pod", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob"}
 
@@ -426,6 +429,11 @@ def check_dockerfile(source: str, text: str) -> list[Finding]:
             for key, value in key_values(arguments):
                 if reason := literal_secret(key, value):
                     findings.append(Finding(source, where, reason))
+        elif instruction in ("COPY", "ADD"):
+            sources = [w for w in shlex.split(arguments) if not w.startswith("--")][:-1]
+            for name in (s for s in sources if SECRET_FILE_NAME.search(s)):
+                findings.append(Finding(source, where, f"copies {name!r}, which looks like a "
+                                        "secret, into the image: mount it at run time instead"))
         elif instruction == "HEALTHCHECK" and component:
             findings += [Finding(source, where, reason)
                          for reason in healthcheck_problems(arguments, ENDPOINTS[component])]
@@ -539,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in report:
         print(f"policy: {line}")
     for finding in findings:
-        print(f"policy: FAIL {finding}", file=sys.stderr)
+        print(f"policy: FAIL {finding}")
     print(f"policy: {len(findings)} problem(s)" if findings else "policy: all rules pass")
     return 1 if findings else 0
 

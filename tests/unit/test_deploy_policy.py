@@ -279,8 +279,10 @@ RUN pip install \\
 USER llm
 
 FROM build
+COPY --from=build --chown=llm /opt/keys.txt control_plane/ /opt/app/
 ENV LLM_NODE_TOKEN_FILE=/run/secrets/node-token HOME=/home/llm
-HEALTHCHECK CMD ["python", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:8000/v2/health/ready')"]
+HEALTHCHECK CMD ["python", "-c", \\
+    "import urllib.request as u; u.urlopen('http://127.0.0.1:8000/v2/health/ready')"]
 """
 
 
@@ -303,6 +305,9 @@ def test_a_good_dockerfile_passes():
     ("FROM build\n", "FROM build\nUSER root\n", "final stage: runs as root"),
     ("HOME=/home/llm", "API_KEY=abc123", "API_KEY looks like a secret but holds a literal"),
     ("FROM base AS build", "FROM base AS build\nARG HF_TOKEN", "build argument HF_TOKEN"),
+    ("FROM build\n", "FROM build\nCOPY --chown=llm app/.env /app/\n", "copies 'app/.env'"),
+    ("FROM build\n", "FROM build\nADD secrets /run/\n", "copies 'secrets', which looks like"),
+    ("FROM build\n", "FROM build\nCOPY a tls/server.key /etc/\n", "copies 'tls/server.key'"),
     ("/v2/health/ready", "/v2/models/x/ready", "'/v2/models/x/ready', not a real endpoint"),
     ("127.0.0.1:8000", "127.0.0.1:8002", "calls port 8002, but the endpoint is on 8000"),
 ])
@@ -329,7 +334,8 @@ services:
       LLMCP_REPOSITORY_KEY_FILE: /run/secrets/triton-repository-key
     secrets: [triton-repository-key]
     healthcheck:
-      test: ["CMD", "python", "-c", "import urllib.request as u; u.urlopen('http://localhost:8080/readyz')"]
+      test: ["CMD", "python", "-c",
+             "import urllib.request as u; u.urlopen('http://localhost:8080/readyz')"]
   postgres:
     image: postgres:17.2-alpine
     user: "70:70"

@@ -4,7 +4,8 @@ Reads the rendered Kustomize overlays (``kubectl kustomize``), every Dockerfile 
 and docker/compose.yaml, and fails, naming the file and the object, when:
 
 - an image is not pinned (no tag, or ``latest``; a FROM's ARG without a pinned default),
-- a container may run as root,
+- a container may run as root (a Dockerfile's final stage without a non-root USER, except the
+  base images under docker/base/),
 - a secret is held in the manifests (an env var named like a secret with a literal value, a URL
   with a password, a Secret with data; in Compose, secrets come from ``secrets:``),
 - a probe or healthcheck points at something other than the image's real endpoints,
@@ -84,6 +85,7 @@ URL_CREDENTIALS = re.compile(r"://[^/\s:@]+:[^/\s@]+@")
 SECRET_FILE_NAME = re.compile(
     r"(^|/)(\.env(\.[\w.-]+)?|secrets?|id_rsa|id_ed25519|[^/]+\.(pem|key))/?$")
 URL = re.compile(r"https?://[^/\s'\"]+?(?::(?P<port>\d+))?(?P<path>/[^\s'\"?]*)")
+BASE_IMAGES = Path("docker/base")
 WORKLOADS = {"Pod", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob"}
 
 
@@ -391,7 +393,7 @@ def key_values(arguments: str) -> Iterator[tuple[str, str | None]]:
 
 def check_dockerfile(source: str, text: str) -> list[Finding]:
     """Pinned bases, a non-root final stage, no secret in ENV/ARG, real HEALTHCHECK endpoints."""
-    findings = []
+    findings: list[Finding] = []
     global_args: dict[str, str | None] = {}
     stages: dict[str, str | None] = {}  # stage name -> its user
     user: str | None = None
@@ -437,7 +439,9 @@ def check_dockerfile(source: str, text: str) -> list[Finding]:
         elif instruction == "HEALTHCHECK" and component:
             findings += [Finding(source, where, reason)
                          for reason in healthcheck_problems(arguments, ENDPOINTS[component])]
-    if stage and user in (None, "", "root", "0"):
+    # docker/base/ holds base images (stand-ins for official ones): what is built FROM them sets
+    # its own USER, and one that runs by itself (postgres, redis) is held to user: in Compose.
+    if stage and user in (None, "", "root", "0") and BASE_IMAGES not in Path(source).parents:
         findings.append(Finding(source, "final stage", "runs as root: end with USER llm "
                                 "(uid 10001) or another non-root user"))
     return findings
@@ -517,6 +521,12 @@ def overlays(root: Path) -> list[Path]:
     return sorted(p.parent for p in (root / "docker/k8s/overlays").glob("*/kustomization.yaml"))
 
 
+def dockerfiles(root: Path) -> list[Path]:
+    """Dockerfile, Dockerfile.*, *.Dockerfile under docker/ (what run.sh gives hadolint)."""
+    return sorted(path for path in (root / "docker").rglob("*") if path.is_file() and (
+        path.name.startswith("Dockerfile") or path.name.endswith(".Dockerfile")))
+
+
 def check_repository(root: Path) -> tuple[list[Finding], list[str]]:
     """Every rule on everything under docker/; also a line per thing checked or skipped."""
     findings: list[Finding] = []
@@ -525,7 +535,7 @@ def check_repository(root: Path) -> tuple[list[Finding], list[str]]:
         source = str(overlay.relative_to(root))
         findings += check_manifests(source, render(overlay))
         report.append(f"checked {source} (rendered)")
-    for dockerfile in sorted((root / "docker").rglob("Dockerfile*")):
+    for dockerfile in dockerfiles(root):
         source = str(dockerfile.relative_to(root))
         findings += check_dockerfile(source, dockerfile.read_text())
         report.append(f"checked {source}")

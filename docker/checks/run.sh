@@ -18,7 +18,7 @@ fi
 # (autoscaling/v2, policy/v1, Job TTLs); the floor is what we promise, not what they need.
 k8s_versions=(1.29 1.30 1.31 1.32 1.33 1.34 1.35 1.36 1.37)
 
-mapfile -t dockerfiles < <(find docker -name 'Dockerfile*' -type f | sort)
+mapfile -t dockerfiles < <(find docker -type f \( -name 'Dockerfile*' -o -name '*.Dockerfile' \) | sort)
 if [ "${#dockerfiles[@]}" -eq 0 ]; then
   echo "docker-lint: no Dockerfile under docker/"
 else

@@ -318,6 +318,22 @@ def test_a_bad_dockerfile_is_reported(old, new, expected):
     assert expected in problem
 
 
+def test_a_base_image_needs_no_user_of_its_own():
+    base = "ARG DEBIAN=debian:12.8-slim\nFROM ${DEBIAN}\nRUN true\n"
+    assert dockerfile_messages(base, "docker/base/python.Dockerfile") == []
+    [problem] = dockerfile_messages(base, "docker/gateway/Dockerfile")
+    assert "final stage: runs as root" in problem
+
+
+def test_dockerfiles_are_found_by_either_naming(tmp_path):
+    for name in ("node/Dockerfile", "node/Dockerfile.gpu", "base/python.Dockerfile",
+                 "base/build-base.sh"):
+        (tmp_path / "docker" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "docker" / name).write_text("")
+    assert [str(p.relative_to(tmp_path)) for p in policy.dockerfiles(tmp_path)] == [
+        "docker/base/python.Dockerfile", "docker/node/Dockerfile", "docker/node/Dockerfile.gpu"]
+
+
 def test_a_dockerfile_of_another_image_keeps_its_own_healthcheck():
     assert dockerfile_messages(GOOD_DOCKERFILE, "docker/tools/Dockerfile") == []
 

@@ -9,6 +9,7 @@ and docker/compose.yaml, and fails, naming the file and the object, when:
 - a secret is held in the manifests (an env var named like a secret with a literal value, a URL
   with a password, a Secret with data; in Compose, secrets come from ``secrets:``),
 - a probe or healthcheck points at something other than the image's real endpoints,
+- a node pod's grace period does not cover its drain and Triton's stop timeout,
 - a node pod's ports (repository API and inference on 8000/8001, metrics on 8002) can be
   reached by pods other than the control plane's and the gateway's.
 
@@ -75,6 +76,8 @@ PROBES = ("startupProbe", "livenessProbe", "readinessProbe")
 # Who may reach a node's ports: 8000/8001 carry the repository API and inference, 8002 metrics.
 NODE_PORTS = (8000, 8001, 8002)
 NODE_CLIENTS = frozenset({"control-plane", "gateway"})
+# The node agent's stop: leave, wait the drain time, give Triton its stop timeout (defaults).
+NODE_STOP_SECONDS = {"LLM_NODE_DRAIN_SECONDS": 10.0, "LLM_NODE_STOP_TIMEOUT_SECONDS": 90.0}
 
 IMAGE_COMPONENT = re.compile(r"(?:^|/)llm-platform/(?P<component>control-plane|gateway|node)$")
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY", re.IGNORECASE)
@@ -227,10 +230,27 @@ def check_pod(source: str, pod: PodTemplate) -> list[Finding]:
                                                    "and a runAsUser other than 0"))
         findings += [Finding(source, where, reason) for reason in env_problems(container)]
         component = image_component(image)
+        # A platform image's own process: not the copy of its models into another pod.
         if component and pod.long_running and container in (pod.spec.get("containers") or []):
             findings += [Finding(source, where, reason)
                          for reason in probe_problems(container, ENDPOINTS[component])]
+            if component == "node" and (reason := grace_problem(pod.spec, container)):
+                findings.append(Finding(source, pod.obj, reason))
     return findings
+
+
+def grace_problem(spec: Mapping[str, Any], container: Mapping[str, Any]) -> str | None:
+    """Why Kubernetes would kill a stopping node before it has drained, or None."""
+    env = {e["name"]: e.get("value") for e in container.get("env") or []}
+    try:
+        needed = sum(float(env.get(name) or default) for name, default in NODE_STOP_SECONDS.items())
+    except ValueError:
+        return None
+    grace = spec.get("terminationGracePeriodSeconds", 30)
+    if grace <= needed:
+        return (f"terminationGracePeriodSeconds is {grace}, but a node needs {needed:g} s to stop "
+                f"({' + '.join(NODE_STOP_SECONDS)}): raise it above {needed:g}")
+    return None
 
 
 def env_problems(container: Mapping[str, Any]) -> Iterator[str]:

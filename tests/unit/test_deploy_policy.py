@@ -61,6 +61,7 @@ spec:
     metadata: {labels: {app: node}}
     spec:
       securityContext: {runAsNonRoot: true, runAsUser: 10001}
+      terminationGracePeriodSeconds: 120
       containers:
         - name: node
           image: llm-platform/node:0.1.0-gpu
@@ -201,6 +202,23 @@ def test_a_probe_off_the_images_real_endpoints_is_reported(name, probe, change, 
         container(documents, name)[probe] = change
     [problem] = messages(documents)
     assert f"container {name}: " in problem
+    assert expected in problem
+
+
+@pytest.mark.parametrize(("grace", "env", "expected"), [
+    (None, [], "terminationGracePeriodSeconds is 30, but a node needs 100 s to stop"),
+    (100, [], "is 100, but a node needs 100 s"),
+    (120, [{"name": "LLM_NODE_STOP_TIMEOUT_SECONDS", "value": "300"}], "needs 310 s"),
+])
+def test_a_node_killed_before_it_has_drained_is_reported(grace, env, expected):
+    documents = manifests()
+    spec = by_name(documents, "node")["spec"]["template"]["spec"]
+    spec.pop("terminationGracePeriodSeconds")
+    if grace is not None:
+        spec["terminationGracePeriodSeconds"] = grace
+    spec["containers"][0]["env"] += env
+    [problem] = messages(documents)
+    assert problem.startswith("overlay: StatefulSet/node: ")
     assert expected in problem
 
 

@@ -80,7 +80,9 @@ NODE_CLIENTS = frozenset({"control-plane", "gateway"})
 NODE_STOP_SECONDS = {"LLM_NODE_DRAIN_SECONDS": 10.0, "LLM_NODE_STOP_TIMEOUT_SECONDS": 90.0}
 
 IMAGE_COMPONENT = re.compile(r"(?:^|/)llm-platform/(?P<component>control-plane|gateway|node)$")
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY", re.IGNORECASE)
+# Whole words of a variable's name (LLMCP_TOKENIZER_MAX_BYTES is no token); passwords however
+# they are spelled (PGPASSWORD).
+SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|KEY|CREDENTIALS?)(_|$)|PASSW(OR)?D", re.IGNORECASE)
 # A value that names where a secret lies rather than holding it.
 SECRET_FILE = re.compile(r"^(file:)?/run/secrets/\S+$")
 URL_CREDENTIALS = re.compile(r"://[^/\s:@]+:[^/\s@]+@")
@@ -216,6 +218,7 @@ def check_manifests(source: str, documents: list[Document]) -> list[Finding]:
 
 
 def check_pod(source: str, pod: PodTemplate) -> list[Finding]:
+    """Pinned images, non-root users, no literal secret, real probes, a node's grace period."""
     findings = []
     pod_security = pod.spec.get("securityContext") or {}
     for container in pod.containers():
@@ -254,6 +257,7 @@ def grace_problem(spec: Mapping[str, Any], container: Mapping[str, Any]) -> str 
 
 
 def env_problems(container: Mapping[str, Any]) -> Iterator[str]:
+    """Literal secrets, and $(VAR) references Kubernetes would leave as they are."""
     defined: set[str] = set()
     for entry in container.get("env") or []:
         name, value = entry["name"], entry.get("value")
@@ -269,6 +273,7 @@ def env_problems(container: Mapping[str, Any]) -> Iterator[str]:
 
 
 def probe_problems(container: Mapping[str, Any], endpoints: Endpoints) -> Iterator[str]:
+    """Each of the three probes present, over HTTP, on the endpoint its kind may use."""
     ports = {p.get("name"): p.get("containerPort") for p in container.get("ports") or []}
     for kind in PROBES:
         probe = container.get(kind)
@@ -364,10 +369,15 @@ def check_node_ingress(source: str, pods: list[PodTemplate],
 # --- Dockerfiles ---------------------------------------------------------------------------
 
 def dockerfile_instructions(text: str) -> Iterator[tuple[int, str, str]]:
-    """(line, INSTRUCTION, arguments) with continuations joined and comments left out."""
+    """(line, INSTRUCTION, arguments) with continuations joined, comments and heredoc bodies
+    (``RUN <<EOF``) left out."""
     pending, start = "", 0
+    heredoc: str | None = None
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
+        if heredoc is not None:
+            heredoc = None if stripped == heredoc else heredoc
+            continue
         if not pending and (not stripped or stripped.startswith("#")):
             continue
         if pending and stripped.startswith("#"):
@@ -379,6 +389,8 @@ def dockerfile_instructions(text: str) -> Iterator[tuple[int, str, str]]:
             continue
         instruction, _, arguments = (pending + stripped).partition(" ")
         pending = ""
+        if opening := re.search(r"<<-?[\"']?(\w+)[\"']?", arguments):
+            heredoc = opening[1]
         yield start, instruction.upper(), arguments.strip()
 
 
@@ -538,6 +550,7 @@ def render(overlay: Path) -> list[Document]:
 
 
 def overlays(root: Path) -> list[Path]:
+    """The directories under docker/k8s/overlays/ that hold a kustomization."""
     return sorted(p.parent for p in (root / "docker/k8s/overlays").glob("*/kustomization.yaml"))
 
 

@@ -156,6 +156,7 @@ def test_a_container_setting_overrides_the_pods():
     ("LLMGW_GATEWAY_SECRET", "s3cret", "LLMGW_GATEWAY_SECRET looks like a secret"),
     ("LLMGW_CONTROL_PLANE_TOKEN", "/etc/token", "looks like a secret"),
     ("REPOSITORY_KEY", "abc", "REPOSITORY_KEY looks like a secret"),
+    ("PGPASSWORD", "pw", "PGPASSWORD looks like a secret"),
     ("LLMCP_DATABASE_URL", "postgresql+psycopg://llm:pw@db/llm", "a URL with a password"),
 ])
 def test_a_literal_secret_in_the_environment_is_reported(name, value, expected):
@@ -164,6 +165,17 @@ def test_a_literal_secret_in_the_environment_is_reported(name, value, expected):
     [problem] = messages(documents)
     assert "Deployment/control-plane container control-plane" in problem
     assert expected in problem
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("LLMCP_TOKENIZER_MAX_BYTES", "33554432"), ("MONKEY", "banana"),
+    ("LLM_NODE_REPOSITORY_KEY_FILE", "/run/secrets/triton-repository-key"),
+    ("LLM_NODE_API_KEY_REF", "file:/run/secrets/triton-repository-key"),
+])
+def test_a_name_that_is_no_secret_or_a_value_that_names_a_file_passes(name, value):
+    documents = manifests()
+    container(documents, "control-plane")["env"] = [{"name": name, "value": value}]
+    assert messages(documents) == []
 
 
 def test_a_reference_to_a_variable_defined_later_is_reported():
@@ -334,6 +346,11 @@ def test_a_bad_dockerfile_is_reported(old, new, expected):
     [problem] = dockerfile_messages(GOOD_DOCKERFILE.replace(old, new))
     assert problem.startswith("docker/node/Dockerfile: ")
     assert expected in problem
+
+
+def test_a_heredocs_body_is_no_instruction():
+    text = GOOD_DOCKERFILE.replace("FROM build\n", "FROM build\nRUN <<'EOF'\nUSER root\nEOF\n")
+    assert dockerfile_messages(text) == []
 
 
 def test_a_base_image_needs_no_user_of_its_own():

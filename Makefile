@@ -1,7 +1,7 @@
 # Two commands do all the set-up (each installs what is missing first, then reuses it):
 #   make serve   the gateway + control plane + tritonserver with the demo LLM through our vLLM backend
 #   make test    the whole test suite (what CI runs)
-.PHONY: setup serve test lint unit-test docker-build docker-e2e bench bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement bench-burst bench-promotion bench-gateway bench-limits bench-fairness bench-autoscale
+.PHONY: setup serve test lint docker-lint unit-test docker-build docker-e2e bench bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement bench-burst bench-promotion bench-gateway bench-limits bench-fairness bench-autoscale
 
 PYTHON := .venv/bin/python
 
@@ -18,6 +18,11 @@ lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/lint-imports
 	.venv/bin/mypy
+
+# Dockerfiles (hadolint), the Kubernetes overlays (every supported version's schemas), the
+# Compose file, and the deployment policy (docker/checks/policy.py).
+docker-lint: setup
+	bash docker/checks/run.sh
 
 unit-test: setup
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/unit

@@ -64,9 +64,12 @@ class Stack:
             self.environment.setdefault("POSTGRES_IMAGE", "llm-platform-base/postgres:15")
             self.environment.setdefault("REDIS_IMAGE", "llm-platform-base/redis:7")
 
-    def run(self, *args: str, check: bool = True) -> str:
-        done = subprocess.run([*self.base, *args], env=self.environment, capture_output=True,
-                              text=True, check=False)
+    def run(self, *args: str, check: bool = True, timeout: float = 600) -> str:
+        try:
+            done = subprocess.run([*self.base, *args], env=self.environment,
+                                  capture_output=True, text=True, check=False, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise StackFailed(f"compose {' '.join(args)} took over {timeout:.0f} s") from exc
         if check and done.returncode != 0:
             raise StackFailed(f"compose {' '.join(args)} failed: {done.stderr[-2000:]}")
         return done.stdout

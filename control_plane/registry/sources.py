@@ -58,9 +58,15 @@ def local_checksum(path: Path) -> str:
     for file in files:
         digest.update(str(file.relative_to(path) if file != path else file.name).encode())
         digest.update(b"\0")
-        with file.open("rb") as handle:
-            while chunk := handle.read(_CHUNK):
-                digest.update(chunk)
+        try:
+            with file.open("rb") as handle:
+                while chunk := handle.read(_CHUNK):
+                    digest.update(chunk)
+        except OSError as exc:
+            raise InvalidSource(
+                f"cannot read '{file}' of the source: {exc.strerror}; the control plane (and "
+                "the nodes, which load it) must be able to read every file of the model "
+                "(e.g. chmod -R a+rX on its directory)") from exc
         digest.update(b"\0")
     return digest.hexdigest()
 

@@ -8,7 +8,9 @@ if [ -z "$password" ]; then echo "postgres: set POSTGRES_PASSWORD or POSTGRES_PA
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
   pwfile="$(mktemp)"
   printf '%s' "$password" > "$pwfile"
-  initdb --username="$user" --pwfile="$pwfile" --auth=scram-sha-256 -D "$PGDATA" >/dev/null
+  # UTF-8, as the official image: under SQL_ASCII drivers hand back bytes.
+  initdb --username="$user" --pwfile="$pwfile" --auth=scram-sha-256 --encoding=UTF8 \
+    --locale=C.UTF-8 -D "$PGDATA" >/dev/null
   rm -f "$pwfile"
   echo "host all all 0.0.0.0/0 scram-sha-256" >> "$PGDATA/pg_hba.conf"
   db="${POSTGRES_DB:-$user}"

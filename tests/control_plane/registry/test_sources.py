@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,3 +89,22 @@ def test_paths_outside_the_roots_are_refused_even_through_dot_dot_or_symlinks(
 def test_missing_local_path_is_refused(root: Path) -> None:
     with pytest.raises(InvalidSource, match="does not exist"):
         check_source(str(root / "absent"), [root])
+
+
+def test_an_unreadable_file_is_refused_naming_it(root: Path) -> None:
+    """A model file the control plane cannot read (as in an image whose weights were saved 0600
+    for another user) is the caller's to fix: 422 naming the file, not a 500. Run without the
+    capabilities that let root read any file (setpriv, from util-linux)."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("needs setpriv (util-linux) to drop the file-reading capabilities")
+    weights = root / "smollm2" / "model.safetensors"
+    weights.chmod(0o000)
+    code = ("import sys; from control_plane.errors import InvalidSource; "
+            "from control_plane.registry.sources import check_source; from pathlib import "
+            "Path\ntry:\n check_source(sys.argv[1], [Path(sys.argv[2])])\n"
+            "except InvalidSource as exc:\n print(exc.message)")
+    done = subprocess.run(["setpriv", "--bounding-set=-dac_override,-dac_read_search",
+                           sys.executable, "-c", code, str(root / "smollm2"), str(root)],
+                          capture_output=True, text=True, check=True)
+    assert f"cannot read '{weights}' of the source: Permission denied" in done.stdout, done.stderr
+    assert "chmod -R a+rX" in done.stdout

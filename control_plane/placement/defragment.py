@@ -5,14 +5,15 @@ that nothing of the right size fills, and engines that came when the large GPUs 
 small ones. Counted in GPUs in use, an offline repacking of the same versions needs about a third
 fewer (``bench/placement.py``). The planner proposes the moves that get part of that back.
 
-It drains GPUs one at a time, the cheapest first (fewest engines, smallest GPU, least booked): every
-deployment version with an engine on the GPU moves, all its engines together, to GPUs that pass
-the placement rules (healthy, not excluded, not its own, room for the booking it would need there,
-one node, equal sizes). A version goes to GPUs already in use, the tightest first, and opens an
-empty GPU only when that GPU is larger than the one being drained, the largest first: the first
-drain onto it frees nothing, the next ones fill it. A drain that would leave more GPUs in use
-than before is not proposed, and the plan ends at the drain after which the fewest GPUs are in use,
-so it never ends on a GPU opened for nothing.
+It drains GPUs one at a time, the cheapest first (fewest versions, smallest GPU, least booked):
+every deployment version with an engine on the GPU moves, all its engines together, to GPUs that
+pass the placement rules (healthy, not excluded, not its own, room for the booking it would need
+there, one node, equal sizes, on the nodes its request allows: a deployment names its own). A
+version goes to GPUs already in use, the tightest first, and opens an empty GPU only when that GPU
+is larger than the one being drained, the largest first: the first drain onto it frees nothing,
+the next ones fill it. A drain that would leave more GPUs in use than before is not proposed, a
+version moves at most once per plan, and the plan ends at the drain after which the fewest GPUs
+are in use, so it never ends on a GPU opened for nothing.
 
 Moves are make-before-break and feasible in order: each books its target beside what is booked
 after the moves before it, then releases its version's old reservations. A GPU a plan drains is
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from control_plane.placement.accounting import booking_bytes, engine_fit, utilization_for
 from control_plane.placement.model import Device, Placement, PlacementRequest, Reservation
@@ -61,14 +61,6 @@ class Move:
     def bytes(self) -> int:
         return sum(reservation.bytes for reservation in self.target.reservations)
 
-    def as_dict(self) -> dict[str, Any]:
-        source = self.release[0].node if self.release else None
-        return {"holder": self.holder, "from_node": source,
-                "from_gpus": [r.gpu_uuid for r in self.release], "to_node": self.target.node,
-                "to_gpus": [r.gpu_uuid for r in self.target.reservations],
-                "engines": self.engines, "bytes": self.bytes,
-                "gpu_memory_utilization": self.target.gpu_memory_utilization}
-
 
 @dataclass(frozen=True)
 class DefragmentationPlan:
@@ -86,14 +78,6 @@ class DefragmentationPlan:
     @property
     def bytes(self) -> int:
         return sum(move.bytes for move in self.moves)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"gpus_in_use_before": self.gpus_in_use_before,
-                "gpus_in_use_after": self.gpus_in_use_after,
-                "freed_gpus": [{"node": n, "gpu_uuid": u} for n, u in self.freed],
-                "opened_gpus": [{"node": n, "gpu_uuid": u} for n, u in self.opened],
-                "engines_moved": self.engines, "bytes_moved": self.bytes,
-                "moves": [move.as_dict() for move in self.moves]}
 
 
 @dataclass

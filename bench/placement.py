@@ -6,13 +6,17 @@ bfloat16, sized by ``estimate_memory``, tensor parallelism 1 to 8 chosen so the 
 kind drawn for it, some with two replicas) arrive and leave; their lifetimes are scaled so that
 the memory asked by live versions peaks at ``--peak-demand`` of the fleet's memory.
 
-The same event stream runs three times: through the product's ``place_on_fleet()`` over a
+The same event stream runs four times: through the product's ``place_on_fleet()`` over a
 ``FleetState`` kept current as versions arrive and leave (best fit, 5% headroom, engines marked
-loaded once placed so the readings show them), the same with no headroom (its packing alone), and
-through a naive first fit written here (nodes and GPUs shuffled once, the first GPUs with room, no
-headroom). At a few sampled arrivals, the versions live in our run are also placed offline all at
-once by a MIP solved with HiGHS (``bench/placement_optimum.py``): the optimum lies between the
-solver's proven bound and its best solution, and both are reported with its status and gap. At every arrival the GPUs in use (a GPU with at least one
+loaded once placed so the readings show them); the same with defragmentation (every
+``--defragment-every`` arrivals, the moves of ``plan_defragmentation()``, at most
+``--defragment-engines`` engines, are carried out, each booked beside what is there and checked
+to fit before its old engines are released); the same with no headroom (its packing alone); and
+a naive first fit written here (nodes and GPUs shuffled once, the first GPUs with room, no
+headroom). At a few sampled arrivals, the versions live in our runs with and without moves are
+also placed offline all at once by a MIP solved with HiGHS (``bench/placement_optimum.py``): the
+optimum lies between the solver's proven bound and its best solution, and both are reported with
+its status and gap. At every arrival the GPUs in use (a GPU with at least one
 reservation) are compared with lower bounds computed per GPU kind from the engines placed on it:
 ceil(memory asked / memory of one GPU), summed; the same with 5% headroom off each GPU, which no
 policy keeping headroom can beat; and the L2 bin-packing bound of the engines' per-GPU shares
@@ -32,20 +36,33 @@ import os
 import random
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import highspy
 
 from bench.common import percentile, print_table, write_results
 from bench.placement_optimum import NodeKind, Shape, solve
-from control_plane.gpus.readings import GpuReading
+from bench.placement_stream import (
+    GPUS_PER_NODE,
+    HEADROOM,
+    MAX_MODEL_LENS,
+    MODELS,
+    NODE_KINDS,
+    SEED,
+    SPAN,
+    TWO_REPLICAS,
+    Decided,
+    Fleet,
+    Live,
+    Run,
+    Version,
+    make_versions,
+    simulate,
+)
 from control_plane.placement.accounting import booking_bytes, usable_bytes, utilization_for
-from control_plane.placement.estimate import ModelProfile, estimate_memory
+from control_plane.placement.defragment import MoveBudget, plan_defragmentation
 from control_plane.placement.model import (
-    Device,
-    NodeView,
     Placement,
     PlacementRequest,
     Reservation,
@@ -53,230 +70,31 @@ from control_plane.placement.model import (
 from control_plane.placement.place import place_on_fleet
 from control_plane.placement.state import FleetState
 
-MIB = 2**20
-GIB = 2**30
-SEED = 20_240_601
-GPUS_PER_NODE = 8
-HEADROOM = 0.05
-# (kind, memory total as NVML reports it, nodes): A10 24GB, L40S 48GB, H100 80GB, H200 141GB.
-NODE_KINDS = [("a10", 23_028 * MIB, 30), ("l40s", 46_068 * MIB, 35), ("h100", 81_559 * MIB, 35),
-              ("h200", 143_771 * MIB, 25)]
-# (name, parameters, layers, KV heads, head dim, popularity): small models are deployed most.
-MODELS = [("qwen2.5-0.5b", 494_032_768, 24, 2, 64, 12), ("llama-3.2-1b", 1_235_814_400, 16, 8, 64, 14),
-          ("llama-3.2-3b", 3_212_749_824, 28, 8, 128, 16), ("llama-3.1-8b", 8_030_261_248, 32, 8, 128, 24),
-          ("qwen2.5-14b", 14_770_033_664, 48, 8, 128, 14), ("qwen2.5-32b", 32_763_876_352, 64, 8, 128, 12),
-          ("llama-3.3-70b", 70_553_706_496, 80, 8, 128, 8)]
-MAX_MODEL_LENS = [4096, 8192, 16384, 32768]
-TENSOR_PARALLEL = (1, 2, 4, 8)
-TWO_REPLICAS = 0.15
-SPAN = 1000.0
 
+@dataclass(frozen=True)
+class Defragmenting:
+    """Every ``every`` arrivals, the planner's moves within ``budget`` are carried out."""
 
-@dataclass
-class Version:
-    number: int
-    arrival: float
-    lifetime: float
-    model: str
-    request: PlacementRequest
-    # Memory the version asks for: bytes per GPU x tensor parallelism x replicas.
-    asked: int
-
-
-@dataclass
-class Run:
-    """One policy over the event stream: what it decided and what was sampled at each arrival."""
-
-    policy: str
-    decision_s: list[float] = field(default_factory=list)
-    # CPU time of the same calls: what the decision costs whatever else runs on the machine.
-    decision_cpu_s: list[float] = field(default_factory=list)
-    refused: int = 0
-    placed: int = 0
-    over_commits: int = 0
-    over_headroom: int = 0
-    in_use: list[int] = field(default_factory=list)
-    bound: list[int] = field(default_factory=list)
-    bound_headroom: list[int] = field(default_factory=list)
-    bound_packing: list[int] = field(default_factory=list)
-    asked_live: list[int] = field(default_factory=list)
-    # At the arrivals in ``snapshot_at``: what is live and where, for the offline optimum.
-    snapshot_at: frozenset[int] = frozenset()
-    snapshots: dict[int, list[tuple[tuple[Reservation, ...], Version]]] = field(
-        default_factory=dict)
-
-
-@dataclass
-class Fleet:
-    """The simulated GPUs: totals by (node, uuid), the node kinds, and readings kept current."""
-
-    totals: dict[tuple[str, str], int]
-    kind_of: dict[str, str]
-    views: dict[str, NodeView]
-
-    @classmethod
-    def build(cls) -> Fleet:
-        totals: dict[tuple[str, str], int] = {}
-        kind_of: dict[str, str] = {}
-        views: dict[str, NodeView] = {}
-        for kind, total, count in NODE_KINDS:
-            for n in range(count):
-                name = f"{kind}-{n:03d}"
-                kind_of[name] = kind
-                gpus = tuple(GpuReading(index=i, uuid=f"GPU-{name}-{i}", name=kind,
-                                        memory_total_bytes=total, memory_used_bytes=0,
-                                        memory_free_bytes=total) for i in range(GPUS_PER_NODE))
-                views[name] = NodeView(name=name, gpus=gpus)
-                totals.update({(name, gpu.uuid): total for gpu in gpus})
-        return cls(totals, kind_of, views)
-
-
-def make_versions(count: int, peak_demand: float, fleet_bytes: int) -> tuple[list[Version], float]:
-    """``count`` versions with arrivals over ``SPAN`` and lifetimes scaled so that the memory asked
-    by live versions peaks at ``peak_demand`` of ``fleet_bytes``; also the mean lifetime."""
-    rng = random.Random(SEED)
-    kinds = [(total, nodes) for _, total, nodes in NODE_KINDS]
-    versions = []
-    for number in range(count):
-        name, params, layers, kv_heads, head_dim, _ = rng.choices(
-            MODELS, weights=[m[5] for m in MODELS])[0]
-        profile = ModelProfile(weights_bytes=params * 2, dtype="bfloat16", num_hidden_layers=layers,
-                               num_key_value_heads=kv_heads, head_dim=head_dim,
-                               max_position_embeddings=131_072)
-        max_len = rng.choice(MAX_MODEL_LENS)
-        start = rng.choices(range(len(kinds)), weights=[n for _, n in kinds])[0]
-        tp, per_gpu = _fitting_tensor_parallel(profile, max_len, [t for t, _ in kinds[start:]])
-        replicas = 2 if rng.random() < TWO_REPLICAS and tp <= 4 else 1
-        request = PlacementRequest(holder=f"{name}/prod@fleet:v{number}", device=Device.GPU,
-                                   bytes_per_gpu=per_gpu, tensor_parallel_size=tp,
-                                   replicas=replicas, headroom_fraction=HEADROOM)
-        # Arrivals rise and fall over the span (a busy period in the middle).
-        arrival = rng.betavariate(2, 2) * SPAN
-        versions.append(Version(number, arrival, rng.expovariate(1.0), name, request,
-                                per_gpu * tp * replicas))
-    scale = _lifetime_scale(versions, peak_demand * fleet_bytes)
-    for version in versions:
-        version.lifetime *= scale
-    versions.sort(key=lambda v: v.arrival)
-    return versions, scale
-
-
-def _fitting_tensor_parallel(profile: ModelProfile, max_len: int,
-                             totals: Sequence[int]) -> tuple[int, int]:
-    """The smallest tensor parallelism that fits the first GPU kind it can, and bytes per GPU."""
-    for total in totals:
-        for tp in TENSOR_PARALLEL:
-            per_gpu = estimate_memory(profile, tensor_parallel_size=tp,
-                                      max_model_len=max_len).per_gpu_bytes
-            if per_gpu <= total * (1 - HEADROOM) - 0.001 * total:
-                return tp, per_gpu
-    raise ValueError(f"no GPU kind holds the model with max_model_len {max_len}")
-
-
-def _lifetime_scale(versions: list[Version], target: float) -> float:
-    def peak(scale: float) -> float:
-        events = sorted([(v.arrival, v.asked) for v in versions]
-                        + [(v.arrival + v.lifetime * scale, -v.asked) for v in versions])
-        live = best = 0
-        for _, delta in events:
-            live += delta
-            best = max(best, live)
-        return best
-
-    low, high = 0.0, SPAN
-    for _ in range(50):
-        middle = (low + high) / 2
-        low, high = (middle, high) if peak(middle) < target else (low, middle)
-    return high
-
-
-# What a policy booked for a version and the GPU kind it chose (None: refused), and the wall and
-# CPU seconds the policy itself took to decide, without the bench's bookkeeping around it.
-Decided = tuple[tuple[Reservation, ...], str] | None
-Decide = Callable[[Version], tuple[Decided, float, float]]
-Leave = Callable[[Version, tuple[Reservation, ...]], None]
-
-
-def simulate(policy: str, versions: list[Version], fleet: Fleet, decide: Decide,
-             on_leave: Leave, snapshot_at: frozenset[int] = frozenset()) -> Run:
-    """Feed arrivals and departures to ``decide``; sample and verify after every event, and keep
-    what is live at the arrivals numbered in ``snapshot_at`` (0 is the first)."""
-    run = Run(policy, snapshot_at=snapshot_at)
-    events = sorted([(v.arrival, 1, v) for v in versions]
-                    + [(v.arrival + v.lifetime, 0, v) for v in versions],
-                    key=lambda e: (e[0], e[1], e[2].number))
-    live: dict[int, tuple[tuple[Reservation, ...], str, Version]] = {}
-    for _, arriving, version in events:
-        if arriving:
-            decided, elapsed, cpu = decide(version)
-            run.decision_s.append(elapsed)
-            run.decision_cpu_s.append(cpu)
-            if decided is None:
-                run.refused += 1
-            else:
-                run.placed += 1
-                live[version.number] = (decided[0], decided[1], version)
-        elif version.number in live:
-            reservations, _, _ = live.pop(version.number)
-            on_leave(version, reservations)
-        _verify(run, live, fleet)
-        if arriving:
-            if len(run.in_use) in run.snapshot_at:
-                run.snapshots[len(run.in_use)] = [(rs, v) for rs, _, v in live.values()]
-            _sample(run, live, fleet)
-    return run
-
-
-def _verify(run: Run, live: dict[int, tuple[tuple[Reservation, ...], str, Version]],
-            fleet: Fleet) -> None:
-    booked: Counter[tuple[str, str]] = Counter()
-    for reservations, _, _ in live.values():
-        for reservation in reservations:
-            booked[(reservation.node, reservation.gpu_uuid)] += reservation.bytes
-    for key, total_booked in booked.items():
-        total = fleet.totals[key]
-        run.over_commits += total_booked > total
-        run.over_headroom += total_booked > total * (1 - HEADROOM)
-
-
-def _sample(run: Run, live: dict[int, tuple[tuple[Reservation, ...], str, Version]],
-            fleet: Fleet) -> None:
-    used_gpus = {(r.node, r.gpu_uuid) for reservations, _, _ in live.values()
-                 for r in reservations}
-    asked: defaultdict[str, int] = defaultdict(int)
-    shares: defaultdict[str, list[int]] = defaultdict(list)
-    for _, kind, version in live.values():
-        asked[kind] += version.asked
-        request = version.request
-        shares[kind] += [request.bytes_per_gpu] * (request.tensor_parallel_size * request.replicas)
-    memory = {kind: total for kind, total, _ in NODE_KINDS}
-    run.in_use.append(len(used_gpus))
-    run.bound.append(sum(math.ceil(a / memory[k]) for k, a in asked.items()))
-    run.bound_headroom.append(sum(math.ceil(a / (memory[k] * (1 - HEADROOM)))
-                                  for k, a in asked.items()))
-    run.bound_packing.append(sum(packing_bound(s, memory[k] * (1 - HEADROOM))
-                                 for k, s in shares.items()))
-    run.asked_live.append(sum(asked.values()))
-
-
-def packing_bound(items: list[int], capacity: float) -> int:
-    """Martello and Toth's L2 lower bound for packing ``items`` into bins of ``capacity``: an
-    engine's share of a GPU larger than half of it cannot share that GPU with another such share,
-    and the small shares fill the room the large ones leave before they need GPUs of their own."""
-    large = [item for item in items if item > capacity / 2]
-    small = sum(items) - sum(large)
-    room = len(large) * capacity - sum(large)
-    return len(large) + max(0, math.ceil((small - room) / capacity))
+    every: int
+    budget: MoveBudget
+    # Arrival (modulo ``every``) after which the plans run: mid-period puts the snapshots, at
+    # multiples of a quarter of the stream, halfway between two plans rather than just after one.
+    offset: int = 0
 
 
 def run_ours(versions: list[Version], headroom: float = HEADROOM,
-             snapshot_at: frozenset[int] = frozenset()) -> Run:
+             snapshot_at: frozenset[int] = frozenset(),
+             defragmenting: Defragmenting | None = None) -> Run:
     """``place_on_fleet()`` with best fit over a ``FleetState`` kept current as versions arrive
     and leave, as a long-lived caller would; ``headroom`` other than the requests' isolates its
-    packing from the memory it keeps free."""
+    packing from the memory it keeps free. With ``defragmenting``, the planner's moves are
+    carried out periodically as well."""
     fleet = Fleet.build()
     state = FleetState(fleet.views.values())
     used: defaultdict[tuple[str, str], int] = defaultdict(int)
+    # What the live versions were placed with, by holder: what the planner moves them by.
+    requests: dict[str, PlacementRequest] = {}
+    numbers: dict[str, int] = {}
 
     def refresh(node: str) -> None:
         view = fleet.views[node]
@@ -301,6 +119,7 @@ def run_ours(versions: list[Version], headroom: float = HEADROOM,
         for reservation in loaded:
             used[(reservation.node, reservation.gpu_uuid)] += reservation.bytes
         refresh(result.node)
+        requests[request.holder], numbers[request.holder] = request, version.number
         return (loaded, fleet.kind_of[result.node]), elapsed, cpu
 
     def leave(version: Version, reservations: tuple[Reservation, ...]) -> None:
@@ -308,9 +127,43 @@ def run_ours(versions: list[Version], headroom: float = HEADROOM,
         for reservation in reservations:
             used[(reservation.node, reservation.gpu_uuid)] -= reservation.bytes
         refresh(reservations[0].node)
+        del requests[version.request.holder], numbers[version.request.holder]
 
-    return simulate(f"place() best fit, headroom {headroom:g}", versions, fleet, decide, leave,
-                    snapshot_at)
+    def defragment(run: Run, arrival: int, live: Live) -> None:
+        if defragmenting is None or arrival % defragmenting.every != defragmenting.offset:
+            return
+        started = time.perf_counter()
+        plan = plan_defragmentation(state, requests, defragmenting.budget)
+        run.planning_s.append(time.perf_counter() - started)
+        for move in plan.moves:
+            # Make-before-break, checked with the bench's own sums: the target must fit beside
+            # what is booked now, less the headroom, before the old engines are released.
+            target = move.target
+            run.moves_infeasible += any(
+                used[(r.node, r.gpu_uuid)] + r.bytes
+                > usable_bytes(fleet.totals[(r.node, r.gpu_uuid)], headroom)
+                for r in target.reservations)
+            loaded = tuple(replace(r, active=True) for r in target.reservations)
+            state.book(loaded)
+            for reservation in loaded:
+                used[(reservation.node, reservation.gpu_uuid)] += reservation.bytes
+            state.release(move.release)
+            for reservation in move.release:
+                used[(reservation.node, reservation.gpu_uuid)] -= reservation.bytes
+            for node in {target.node, *(r.node for r in move.release)}:
+                refresh(node)
+            number = numbers[move.holder]
+            live[number] = (loaded, fleet.kind_of[target.node], live[number][2])
+        run.plans += 1
+        run.moves += len(plan.moves)
+        run.engines_moved += plan.engines
+        run.bytes_moved += plan.bytes
+        run.gpus_freed += plan.gpus_in_use_before - plan.gpus_in_use_after
+
+    policy = f"place() best fit, headroom {headroom:g}" + (
+        ", defragmented" if defragmenting is not None else "")
+    return simulate(policy, versions, fleet, decide, leave, snapshot_at,
+                    after_arrival=defragment if defragmenting is not None else None)
 
 
 def run_first_fit(versions: list[Version]) -> Run:
@@ -483,12 +336,37 @@ def summary(run: Run) -> dict[str, Any]:
         "decision_ms_max": max(run.decision_s) * 1000,
         "decision_cpu_ms_p50": percentile(run.decision_cpu_s, 0.50) * 1000,
         "decision_cpu_ms_p99": percentile(run.decision_cpu_s, 0.99) * 1000,
+        **({"defragmentation": {
+            "plans": run.plans, "moves": run.moves, "engines_moved": run.engines_moved,
+            "bytes_moved": run.bytes_moved, "gpus_freed": run.gpus_freed,
+            "moves_infeasible": run.moves_infeasible,
+            "plan_ms_p50": percentile(run.planning_s, 0.50) * 1000,
+            "plan_ms_max": max(run.planning_s) * 1000}} if run.plans else {}),
     }
 
 
 def _goal(goal: str, measured: float, met: bool | None) -> dict[str, Any]:
     return {"goal": goal, "measured": round(measured, 4) if isinstance(measured, float)
             else measured, "met": met}
+
+
+def _against_optimum(run: dict[str, Any], snapshots: list[dict[str, Any]],
+                     first_fit: dict[str, Any]) -> dict[str, Any]:
+    """One run's GPUs in use beside first fit's and beside the optimum at the snapshots."""
+    def mean(key: str) -> float:
+        return float(sum(r[key] for r in snapshots)) / len(snapshots)
+
+    return {
+        "gpus_in_use_mean": run["gpus_in_use_mean"],
+        "gpus_in_use_at_snapshots_mean": mean("ours_gpus"),
+        "ratio_to_first_fit": run["gpus_in_use_mean"] / first_fit["gpus_in_use_mean"],
+        "ratio_to_memory_bound": run["bounds"]["memory"]["ratio_mean"],
+        # The optimum lies between the solver's bound and its incumbent, so ours/optimum lies
+        # between these two.
+        "ratio_to_optimum": {"against_bound": mean("ratio_to_bound"),
+                             "against_incumbent": mean("ratio_to_incumbent")},
+        "over_commits": run["over_commits"], "refused": run["refused"],
+    }
 
 
 def main() -> None:
@@ -498,18 +376,28 @@ def main() -> None:
                         help="memory asked by live versions at the peak, as a share of the fleet")
     parser.add_argument("--solver-seconds", type=float, default=30.0,
                         help="time limit of each snapshot's MIP")
+    parser.add_argument("--defragment-every", type=int, default=50,
+                        help="arrivals between two defragmentation plans")
+    parser.add_argument("--defragment-engines", type=int, default=50,
+                        help="engines one plan may move at most")
     args = parser.parse_args()
     load_before = os.getloadavg()
     fleet_bytes = sum(total * nodes * GPUS_PER_NODE for _, total, nodes in NODE_KINDS)
     versions, scale = make_versions(args.versions, args.peak_demand, fleet_bytes)
     print(f"{args.versions} versions over a fleet of {fleet_bytes / 2**40:.1f} TiB; "
           f"mean lifetime {scale:.1f} of {SPAN:g} time units", flush=True)
-    ours_run = run_ours(versions, snapshot_at=snapshot_arrivals(args.versions))
+    snapshot_at = snapshot_arrivals(args.versions)
+    ours_run = run_ours(versions, snapshot_at=snapshot_at)
+    defragmenting = Defragmenting(args.defragment_every, MoveBudget(args.defragment_engines),
+                                  offset=args.defragment_every // 2)
+    moved_run = run_ours(versions, snapshot_at=snapshot_at, defragmenting=defragmenting)
     first_fit_run = run_first_fit(versions)
     runs = {"place() best fit": summary(ours_run),
+            "place() best fit, defragmented": summary(moved_run),
             "place(), no headroom": summary(run_ours(versions, headroom=0.0)),
             "naive first fit": summary(first_fit_run)}
-    snapshots = optimum(ours_run, args.solver_seconds)
+    snapshots = {"place() best fit": optimum(ours_run, args.solver_seconds),
+                 "place() best fit, defragmented": optimum(moved_run, args.solver_seconds)}
     print_table(
         "Decisions on 125 nodes x 8 GPUs (time of the policy call alone; CPU time of the same calls)",
         ["policy", "placed", "refused", "over-commits", "p50 ms", "p99 ms", "max ms",
@@ -525,62 +413,67 @@ def main() -> None:
         [[name, r["gpus_in_use_mean"], r["gpus_in_use_mean_busy"], bound, b["mean"],
           b["ratio_mean"], b["ratio_mean_busy"], b["ratio_at_peak_demand"]]
          for name, r in runs.items() for bound, b in r["bounds"].items()])
-    for row in snapshots:
-        row["first_fit_gpus"] = first_fit_run.in_use[row["arrival"]]
+    moved = runs["place() best fit, defragmented"]["defragmentation"]
+    print_table(
+        f"Defragmentation: a plan every {args.defragment_every} arrivals, at most "
+        f"{args.defragment_engines} engines moved each",
+        ["plans", "moves", "engines moved", "TiB loaded again", "GPUs freed", "infeasible moves",
+         "plan ms p50", "plan ms max"],
+        [[moved["plans"], moved["moves"], moved["engines_moved"], moved["bytes_moved"] / 2**40,
+          moved["gpus_freed"], moved["moves_infeasible"], moved["plan_ms_p50"],
+          moved["plan_ms_max"]]])
+    for rows in snapshots.values():
+        for row in rows:
+            row["first_fit_gpus"] = first_fit_run.in_use[row["arrival"]]
     print_table(
         f"Offline optimum (HiGHS MIP, {args.solver_seconds:g} s per snapshot) at sampled arrivals: "
         "GPUs in use",
-        ["arrival", "live", "ours", "first fit", "memory bound", "optimum bound",
+        ["policy", "arrival", "live", "ours", "first fit", "memory bound", "optimum bound",
          "optimum incumbent", "status", "gap", "ours/bound", "ours/incumbent"],
-        [[r["arrival"], r["live_versions"], r["ours_gpus"], r["first_fit_gpus"],
+        [[name, r["arrival"], r["live_versions"], r["ours_gpus"], r["first_fit_gpus"],
           r["memory_bound_gpus"], r["bound_gpus"], r["incumbent_gpus"], r["status"], r["gap"],
-          r["ratio_to_bound"], r["ratio_to_incumbent"]] for r in snapshots])
+          r["ratio_to_bound"], r["ratio_to_incumbent"]]
+         for name, rows in snapshots.items() for r in rows])
     ours, first_fit = runs["place() best fit"], runs["naive first fit"]
-
-    def mean(key: str) -> float:
-        return sum(r[key] for r in snapshots) / len(snapshots)
-
-    ratio_to_bound, ratio_to_incumbent = mean("ratio_to_bound"), mean("ratio_to_incumbent")
+    defragmented = _against_optimum(runs["place() best fit, defragmented"],
+                                    snapshots["place() best fit, defragmented"], first_fit)
     headline = {
-        "gpus_in_use_mean": {"ours": ours["gpus_in_use_mean"],
-                             "first_fit": first_fit["gpus_in_use_mean"],
-                             "memory_bound": ours["bounds"]["memory"]["mean"]},
-        "gpus_in_use_at_snapshots_mean": {
-            "ours": mean("ours_gpus"), "first_fit": mean("first_fit_gpus"),
-            "memory_bound": mean("memory_bound_gpus"),
-            "optimum_bound": mean("bound_gpus"), "optimum_incumbent": mean("incumbent_gpus")},
-        "ratio_to_first_fit": ours["gpus_in_use_mean"] / first_fit["gpus_in_use_mean"],
-        "ratio_to_memory_bound": ours["bounds"]["memory"]["ratio_mean"],
-        # The optimum lies between the solver's bound and its incumbent, so ours/optimum lies
-        # between these two.
-        "ratio_to_optimum": {"against_bound": ratio_to_bound,
-                             "against_incumbent": ratio_to_incumbent},
+        "defragmented": {**defragmented, "moves": moved["moves"],
+                         "engines_moved": moved["engines_moved"],
+                         "bytes_moved": moved["bytes_moved"]},
+        "no_moves": _against_optimum(ours, snapshots["place() best fit"], first_fit),
+        "first_fit": {"gpus_in_use_mean": first_fit["gpus_in_use_mean"],
+                      "refused": first_fit["refused"]},
         "decision_ms_p50": ours["decision_ms_p50"], "decision_ms_p99": ours["decision_ms_p99"],
+        "decision_cpu_ms_p50": ours["decision_cpu_ms_p50"],
         "decision_cpu_ms_p99": ours["decision_cpu_ms_p99"],
-        "over_commits": ours["over_commits"], "refused": ours["refused"],
-        "refused_first_fit": first_fit["refused"],
     }
+    ratio_to_bound = defragmented["ratio_to_optimum"]["against_bound"]
+    ratio_to_incumbent = defragmented["ratio_to_optimum"]["against_incumbent"]
     goals = {
         "ratio_to_first_fit": _goal(
-            "mean GPUs in use / naive first fit's <= 1.0", headline["ratio_to_first_fit"],
-            headline["ratio_to_first_fit"] <= 1.0),
+            "mean GPUs in use / naive first fit's <= 1.0 (with defragmentation)",
+            defragmented["ratio_to_first_fit"], defragmented["ratio_to_first_fit"] <= 1.0),
         "ratio_to_optimum": _goal(
-            "GPUs in use / offline optimum on sampled snapshots <= 1.05 (met: proven against "
-            "the bound; not met: already over against the incumbent; else undecided)",
-            ratio_to_bound,
+            "GPUs in use / offline optimum on sampled snapshots <= 1.05, with defragmentation "
+            "(met: proven against the bound; not met: already over against the incumbent; else "
+            "undecided)", ratio_to_bound,
             True if ratio_to_bound <= 1.05 else False if ratio_to_incumbent > 1.05 else None),
         "decision_ms_p99": _goal("p99 decision time <= 5 ms for 1,000 GPUs",
                                  ours["decision_ms_p99"], ours["decision_ms_p99"] <= 5),
-        "no_over_commits": _goal("no GPU booked beyond its memory", ours["over_commits"],
-                                 ours["over_commits"] == 0),
+        "no_over_commits": _goal(
+            "no GPU booked beyond its memory (with and without defragmentation)",
+            ours["over_commits"] + defragmented["over_commits"],
+            ours["over_commits"] + defragmented["over_commits"] == 0),
     }
     print_table("Goals (ours)", ["goal", "measured", "met"],
                 [[g["goal"], g["measured"],
                   {True: "met", False: "NOT met", None: "undecided"}[g["met"]]]
                  for g in goals.values()])
-    print(f"ratio to optimum: {ratio_to_bound:.3f} against the bound, {ratio_to_incumbent:.3f} "
-          f"against the incumbent; to first fit {headline['ratio_to_first_fit']:.3f}; to the "
-          f"memory bound {headline['ratio_to_memory_bound']:.3f}")
+    for name, figures in (("no moves", headline["no_moves"]), ("defragmented", defragmented)):
+        print(f"{name}: ratio to optimum {figures['ratio_to_optimum']['against_bound']:.3f} "
+              f"against the bound, {figures['ratio_to_optimum']['against_incumbent']:.3f} "
+              f"against the incumbent; to first fit {figures['ratio_to_first_fit']:.3f}")
     write_results("placement", {
         "config": {"seed": SEED, "versions": args.versions, "peak_demand": args.peak_demand,
                    "headroom_fraction": HEADROOM, "gpus_per_node": GPUS_PER_NODE,
@@ -589,17 +482,23 @@ def main() -> None:
                    "models": [{"name": m[0], "parameters": m[1], "popularity": m[5]}
                               for m in MODELS],
                    "max_model_lens": MAX_MODEL_LENS, "two_replicas_share": TWO_REPLICAS,
-                   "mean_lifetime": scale, "span": SPAN},
+                   "mean_lifetime": scale, "span": SPAN,
+                   "defragmentation": {"every_arrivals": defragmenting.every,
+                                       "after_arrival_modulo": defragmenting.offset,
+                                       "max_engines_moved": args.defragment_engines}},
         # Decision times are wall clock: other processes on the machine inflate them.
         "load_average": {"before": load_before, "after": os.getloadavg()},
         "headline": headline,
-        "runs": {"ours_best_fit": ours, "ours_best_fit_no_headroom": runs["place(), no headroom"],
+        "runs": {"ours_best_fit": ours,
+                 "ours_best_fit_defragmented": runs["place() best fit, defragmented"],
+                 "ours_best_fit_no_headroom": runs["place(), no headroom"],
                  "naive_first_fit": first_fit},
         "optimum": {"solver": f"HiGHS {highspy.Highs().version()} (highspy), one thread",
                     "time_limit_s": args.solver_seconds,
                     "how": "bench/placement_optimum.py: every version live at the snapshot "
                            "placed at once, any node of any kind, the product's rules",
-                    "snapshots": snapshots},
+                    "snapshots": snapshots["place() best fit"],
+                    "snapshots_defragmented": snapshots["place() best fit, defragmented"]},
         "goals": goals,
     })
 

@@ -1,0 +1,332 @@
+"""``plan_defragmentation()``: moves of running engines that free whole GPUs, each with its cost.
+
+``place()`` decides one version at a time and never moves a running engine: departures leave holes
+that nothing of the right size fills, and engines that came when the large GPUs were busy stay on
+small ones. Counted in GPUs in use, an offline repacking of the same versions needs about a third
+fewer (``bench/placement.py``). The planner proposes the moves that get part of that back.
+
+It drains GPUs one at a time, the cheapest first (fewest versions, smallest GPU, least booked):
+every deployment version with an engine on the GPU moves, all its engines together, to GPUs that
+pass the placement rules (healthy, not excluded, not its own, room for the booking it would need
+there, one node, equal sizes, on the nodes its request allows: a deployment names its own). A
+version goes to GPUs already in use, the tightest first, and opens an empty GPU only when that GPU
+is larger than the one being drained, the largest first: the first drain onto it frees nothing,
+the next ones fill it. A drain that would leave more GPUs in use than before is not proposed, a
+version moves at most once per plan, and the plan ends at the drain after which the fewest GPUs
+are in use, so it never ends on a GPU opened for nothing.
+
+Moves are make-before-break and feasible in order: each books its target beside what is booked
+after the moves before it, then releases its version's old reservations. A GPU a plan drains is
+never the target of a later move. The budget bounds the engines reloaded (and the bytes loaded
+again); a drain that does not fit in what is left of it is skipped.
+
+Pure: it reads a ``FleetState`` and the requests its holders were placed with, and changes neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from control_plane.placement.accounting import booking_bytes, engine_fit, utilization_for
+from control_plane.placement.model import Device, Placement, PlacementRequest, Reservation
+from control_plane.placement.state import FleetState
+
+# A GPU as the ledger files it: (node, uuid).
+GpuKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class MoveBudget:
+    """The most a plan may cost: engines reloaded and, when set, bytes loaded again."""
+
+    engines: int
+    bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Move:
+    """One deployment version's engines, moved together: book ``target``'s reservations, load the
+    engines there, then release ``release``."""
+
+    holder: str
+    release: tuple[Reservation, ...]
+    target: Placement
+
+    @property
+    def engines(self) -> int:
+        return len(self.target.engines)
+
+    @property
+    def bytes(self) -> int:
+        return sum(reservation.bytes for reservation in self.target.reservations)
+
+
+@dataclass(frozen=True)
+class DefragmentationPlan:
+    moves: tuple[Move, ...] = ()
+    # GPUs that hold nothing once the moves are done, and empty GPUs the moves start using.
+    freed: tuple[GpuKey, ...] = ()
+    opened: tuple[GpuKey, ...] = ()
+    gpus_in_use_before: int = 0
+    gpus_in_use_after: int = 0
+
+    @property
+    def engines(self) -> int:
+        return sum(move.engines for move in self.moves)
+
+    @property
+    def bytes(self) -> int:
+        return sum(move.bytes for move in self.moves)
+
+
+@dataclass
+class _Gpu:
+    key: GpuKey
+    index: int
+    total: int
+    # Memory in use that is none of our loaded engines, from the reading: it stays put.
+    foreign: int
+    booked: int = 0
+    holders: set[str] = field(default_factory=set)
+
+
+@dataclass
+class _Drain:
+    moves: list[Move]
+    freed: list[GpuKey]
+    opened: list[GpuKey]
+
+
+class _Scratch:
+    """The fleet's GPUs and who holds what, changed as moves are planned, with an undo log."""
+
+    def __init__(self, fleet: FleetState, requests: Mapping[str, PlacementRequest]) -> None:
+        self.requests = requests
+        self.gpus: dict[GpuKey, _Gpu] = {}
+        # Per node, its GPUs that may take an engine (readable, healthy, not excluded).
+        self.targets: dict[str, list[_Gpu]] = {}
+        for view in fleet.nodes:
+            # The reading rules never read the request: any fills the signature.
+            verdicts = fleet.reading_verdicts(view, _ANY_REQUEST) if view.error is None else \
+                (("inventory-readable", view.error),) * len(view.gpus)
+            books = fleet.ledger.node(view.name)
+            for reading, verdict in zip(view.gpus, verdicts, strict=True):
+                book = books.get(reading.uuid)
+                used, active = reading.memory_used_bytes or 0, book.active if book else 0
+                gpu = _Gpu((view.name, reading.uuid), reading.index,
+                           reading.memory_total_bytes or 0, used - active if used > active else 0)
+                self.gpus[gpu.key] = gpu
+                if verdict is None:
+                    self.targets.setdefault(view.name, []).append(gpu)
+        self.held: dict[str, list[Reservation]] = {}
+        for reservation in fleet.ledger.reservations():
+            self.held.setdefault(reservation.holder, []).append(reservation)
+            self._add(reservation)
+        # What each GPU holds before any move: what a plan's freed and opened GPUs are read from.
+        self.booked_before = {key: gpu.booked for key, gpu in self.gpus.items()}
+        self._log: list[Move] = []
+        self.moved: set[str] = set()
+
+    def in_use(self) -> int:
+        return sum(1 for gpu in self.gpus.values() if gpu.booked)
+
+    def sources(self) -> list[_Gpu]:
+        """GPUs in use, cheapest to drain first: fewest versions, smallest, least booked."""
+        return sorted((gpu for gpu in self.gpus.values() if gpu.booked),
+                      key=lambda gpu: (len(gpu.holders), gpu.total, gpu.booked, gpu.key))
+
+    def movable(self, holder: str) -> bool:
+        """A GPU engine placed with a known request, on GPUs the fleet still reads, not moved
+        yet by this plan (a second move would release what the first has not loaded yet)."""
+        request = self.requests.get(holder)
+        return request is not None and request.device is Device.GPU and \
+            holder not in self.moved and all(
+            (r.node, r.gpu_uuid) in self.gpus for r in self.held[holder])
+
+    def move(self, holder: str, frozen: set[GpuKey], opens_above: int) -> Move | None:
+        """Move ``holder``'s engines off their GPUs, onto none of ``frozen``; an empty GPU is
+        opened only if its total exceeds ``opens_above``. None when nowhere fits."""
+        request = self.requests[holder]
+        current = self.held[holder]
+        own = {(r.node, r.gpu_uuid) for r in current}
+        needed = request.tensor_parallel_size * request.replicas
+        best: tuple[tuple[int, int, int, str], list[_Gpu]] | None = None
+        for node in request.nodes or self.targets:
+            groups: dict[int, list[tuple[int, int, _Gpu]]] = {}
+            empty = 0
+            for gpu in self.targets.get(node, ()):
+                if gpu.key in frozen or gpu.key in own:
+                    continue
+                if not gpu.booked:
+                    empty += 1
+                    if gpu.total <= opens_above:
+                        continue
+                booking, usable = engine_fit(request.bytes_per_gpu, request.headroom_fraction,
+                                             gpu.total)
+                left = usable - gpu.booked - gpu.foreign - booking
+                if left >= 0:
+                    # In use first, tightest first; then empty ones, largest first.
+                    groups.setdefault(gpu.total, []).append(
+                        (0, left, gpu) if gpu.booked else (1, -gpu.total, gpu))
+            for group in groups.values():
+                if len(group) < needed:
+                    continue
+                chosen = sorted(group, key=lambda item: (item[0], item[1], item[2].index))
+                chosen = chosen[:needed]
+                opened = sum(item[0] for item in chosen)
+                # Fewest opened, then tightest; then the node that keeps fewest GPUs empty.
+                rank = (opened, sum(item[1] for item in chosen), empty - opened, node)
+                if best is None or rank < best[0]:
+                    best = rank, [item[2] for item in chosen]
+        if best is None:
+            return None
+        target = _target(request, node=best[1][0].key[0], gpus=best[1])
+        for reservation in target.reservations:
+            self._add(reservation)
+        for reservation in current:
+            self._remove(reservation)
+        self.held[holder] = list(target.reservations)
+        move = Move(holder=holder, release=tuple(current), target=target)
+        self._log.append(move)
+        self.moved.add(holder)
+        return move
+
+    def mark(self) -> int:
+        return len(self._log)
+
+    def undo(self, mark: int) -> None:
+        """Take back the moves made since ``mark``, the last first."""
+        while len(self._log) > mark:
+            move = self._log.pop()
+            for reservation in move.target.reservations:
+                self._remove(reservation)
+            for reservation in move.release:
+                self._add(reservation)
+            self.held[move.holder] = list(move.release)
+            self.moved.discard(move.holder)
+
+    def _add(self, reservation: Reservation) -> None:
+        gpu = self.gpus.get((reservation.node, reservation.gpu_uuid))
+        if gpu is not None:
+            gpu.booked += reservation.bytes
+            gpu.holders.add(reservation.holder)
+
+    def _remove(self, reservation: Reservation) -> None:
+        gpu = self.gpus.get((reservation.node, reservation.gpu_uuid))
+        if gpu is not None:
+            gpu.booked -= reservation.bytes
+            gpu.holders.discard(reservation.holder)
+
+
+_ANY_REQUEST = PlacementRequest(holder="", device=Device.GPU, bytes_per_gpu=1)
+
+
+def _target(request: PlacementRequest, *, node: str, gpus: list[_Gpu]) -> Placement:
+    """The placement a move loads its engines into, booked as ``place()`` books one."""
+    total = min(gpu.total for gpu in gpus)
+    utilization = utilization_for(request.bytes_per_gpu, total)
+    tp = request.tensor_parallel_size
+    return Placement(
+        node=node, device=Device.GPU,
+        engines=tuple(tuple(gpu.index for gpu in gpus[i:i + tp]) for i in range(0, len(gpus), tp)),
+        tensor_parallel_size=tp, gpu_memory_utilization=utilization,
+        reservations=tuple(Reservation(node=node, gpu_uuid=gpu.key[1],
+                                       bytes=booking_bytes(utilization, gpu.total),
+                                       holder=request.holder) for gpu in gpus))
+
+
+def plan_defragmentation(fleet: FleetState, requests: Mapping[str, PlacementRequest],
+                         budget: MoveBudget) -> DefragmentationPlan:
+    """The moves, within ``budget``, that leave the fewest GPUs in use; ``requests`` by holder
+    (a holder without one, or on the CPU, stays where it is)."""
+    scratch = _Scratch(fleet, requests)
+    before = scratch.in_use()
+    drains: list[_Drain] = []
+    frozen: set[GpuKey] = set()
+    engines_left, bytes_left = budget.engines, budget.bytes
+    # A drain that failed may succeed once others have moved: passes until one frees nothing.
+    progress = True
+    while progress:
+        progress = False
+        for source in scratch.sources():
+            if source.key in frozen or not source.holders:
+                continue
+            holders = sorted(source.holders, key=lambda h: (
+                -_share(requests[h]) if h in requests else 0, h))
+            if not all(map(scratch.movable, holders)) or \
+                    sum(requests[h].replicas for h in holders) > engines_left:
+                continue
+            drain = _drain(scratch, holders, source, frozen | {source.key})
+            if drain is None:
+                continue
+            cost = sum(move.bytes for move in drain[0].moves)
+            if bytes_left is not None and cost > bytes_left:
+                scratch.undo(drain[1])
+                continue
+            drains.append(drain[0])
+            frozen.update(drain[0].freed)
+            engines_left -= sum(move.engines for move in drain[0].moves)
+            if bytes_left is not None:
+                bytes_left -= cost
+            progress = True
+    kept = [move for drain in _best_prefix(drains) for move in drain.moves]
+    changes = _changes(kept)
+    freed = tuple(sorted(key for key, change in changes.items()
+                         if scratch.booked_before[key] and not scratch.booked_before[key] + change))
+    opened = tuple(sorted(key for key, change in changes.items()
+                          if not scratch.booked_before[key] and scratch.booked_before[key] + change))
+    return DefragmentationPlan(moves=tuple(kept), freed=freed, opened=opened,
+                               gpus_in_use_before=before,
+                               gpus_in_use_after=before - len(freed) + len(opened))
+
+
+def _drain(scratch: _Scratch, holders: list[str], source: _Gpu,
+           frozen: set[GpuKey]) -> tuple[_Drain, int] | None:
+    """Move every holder off ``source``, or nothing (None) when one cannot move or the drain
+    would leave more GPUs in use, or as many with nothing larger opened."""
+    mark = scratch.mark()
+    moves = []
+    for holder in holders:
+        move = scratch.move(holder, frozen, opens_above=source.total)
+        if move is None:
+            scratch.undo(mark)
+            return None
+        moves.append(move)
+    # What the drain changed on each GPU it touched: booked after, less the change, was before.
+    changes = _changes(moves)
+    freed = sorted(key for key, change in changes.items()
+                   if not scratch.gpus[key].booked and change)
+    opened = sorted(key for key, change in changes.items()
+                    if scratch.gpus[key].booked == change and change)
+    if len(freed) < len(opened) or (len(freed) == len(opened) and not opened):
+        scratch.undo(mark)
+        return None
+    return _Drain(moves, freed, opened), mark
+
+
+def _changes(moves: list[Move]) -> dict[GpuKey, int]:
+    """Bytes booked on each GPU the moves touch, after less before."""
+    changes: dict[GpuKey, int] = {}
+    for move in moves:
+        for reservation in move.target.reservations:
+            key = (reservation.node, reservation.gpu_uuid)
+            changes[key] = changes.get(key, 0) + reservation.bytes
+        for reservation in move.release:
+            key = (reservation.node, reservation.gpu_uuid)
+            changes[key] = changes.get(key, 0) - reservation.bytes
+    return changes
+
+
+def _best_prefix(drains: list[_Drain]) -> list[_Drain]:
+    """The drains up to the one after which the fewest GPUs are in use (the first such)."""
+    best, gain, cut = 0, 0, 0
+    for i, drain in enumerate(drains):
+        gain += len(drain.freed) - len(drain.opened)
+        if gain > best:
+            best, cut = gain, i + 1
+    return drains[:cut]
+
+
+def _share(request: PlacementRequest) -> int:
+    return request.bytes_per_gpu * request.tensor_parallel_size * request.replicas

@@ -1,0 +1,216 @@
+"""plan_defragmentation(): moves that free whole GPUs, feasible in order, within the budget.
+
+Each plan is checked by carrying it out on a copy of the fleet with arithmetic written here: every
+move's target fits beside what is booked at its turn (make-before-break, headroom kept), the
+GPUs the plan says it frees hold nothing afterwards, and the count of GPUs in use is what it says.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from control_plane.placement.accounting import usable_bytes
+from control_plane.placement.defragment import (
+    DefragmentationPlan,
+    MoveBudget,
+    plan_defragmentation,
+)
+from control_plane.placement.model import Device, NodeView, Placement, PlacementRequest, Reservation
+from control_plane.placement.place import place_on_fleet
+from control_plane.placement.state import FleetState
+
+from .fleet import gpu, node, request
+
+UNLIMITED = MoveBudget(engines=1000)
+
+
+def fleet_of(views: list[NodeView], asked: list[PlacementRequest]
+             ) -> tuple[FleetState, dict[str, PlacementRequest]]:
+    """The requests placed one after the other by place_on_fleet(), as the product books them."""
+    state = FleetState(views)
+    for one in asked:
+        placed = place_on_fleet(one, state)
+        assert isinstance(placed, Placement), placed
+        state.book(placed.reservations)
+    return state, {one.holder: one for one in asked}
+
+
+def spread_fleet(views: list[NodeView], placed: list[tuple[PlacementRequest, str, tuple[int, ...]]]
+                 ) -> tuple[FleetState, dict[str, PlacementRequest]]:
+    """Requests booked on the GPUs named, ``size`` GiB per GPU as asked (a fragmented fleet)."""
+    reservations = [Reservation(node=name, gpu_uuid=f"GPU-{name}-{index}",
+                                bytes=one.bytes_per_gpu, holder=one.holder)
+                    for one, name, indexes in placed for index in indexes]
+    return FleetState(views, reservations), {one.holder: one for one, _, _ in placed}
+
+
+def carry_out(state: FleetState, plan: DefragmentationPlan) -> Counter[tuple[str, str]]:
+    """The plan applied in order to the state's bookings, each target checked to fit first."""
+    totals = {(view.name, reading.uuid): reading.memory_total_bytes or 0
+              for view in state.nodes for reading in view.gpus}
+    booked: Counter[tuple[str, str]] = Counter()
+    for reservation in state.ledger.reservations():
+        booked[(reservation.node, reservation.gpu_uuid)] += reservation.bytes
+    for move in plan.moves:
+        own = {(r.node, r.gpu_uuid) for r in move.release}
+        for reservation in move.target.reservations:
+            key = (reservation.node, reservation.gpu_uuid)
+            assert key not in own, f"{move.holder} moves onto a GPU it holds: {key}"
+            assert booked[key] + reservation.bytes <= usable_bytes(totals[key], 0.05), \
+                f"{move.holder} does not fit on {key} at its turn"
+            booked[key] += reservation.bytes
+        for reservation in move.release:
+            booked[(reservation.node, reservation.gpu_uuid)] -= reservation.bytes
+    return booked
+
+
+def in_use(booked: Counter[tuple[str, str]]) -> set[tuple[str, str]]:
+    return {key for key, value in booked.items() if value}
+
+
+def test_engines_scattered_on_small_gpus_move_together() -> None:
+    # Three 10 GiB engines, one per GPU of a node: two move beside the third, two GPUs freed.
+    asked = [request(10, holder=f"m{i}/prod@a:v1") for i in range(3)]
+    state, requests = spread_fleet([node("a", [80, 80, 80])],
+                                   [(one, "a", (i,)) for i, one in enumerate(asked)])
+    plan = plan_defragmentation(state, requests, UNLIMITED)
+    booked = carry_out(state, plan)
+    assert (plan.gpus_in_use_before, plan.gpus_in_use_after) == (3, 1)
+    assert len(plan.moves) == plan.engines == 2 and not plan.opened
+    assert all(not booked[key] for key in plan.freed) and len(in_use(booked)) == 1
+    assert plan.bytes == sum(r.bytes for m in plan.moves for r in m.target.reservations) > 0
+
+
+def test_a_packed_fleet_gets_no_moves() -> None:
+    # Each GPU holds one engine that no other GPU has room for: nothing can be freed.
+    asked = [request(60, holder=f"m{i}/prod@a:v1") for i in range(3)]
+    state, requests = fleet_of([node("a", [80, 80, 80])], asked)
+    plan = plan_defragmentation(state, requests, UNLIMITED)
+    assert plan.moves == () and plan.freed == () and plan.gpus_in_use_after == 3
+
+
+def test_an_empty_fleet_gets_no_moves() -> None:
+    plan = plan_defragmentation(FleetState([node("a", [80, 80])]), {}, UNLIMITED)
+    assert plan == DefragmentationPlan()
+
+
+def test_small_gpus_are_emptied_onto_a_larger_one() -> None:
+    # Four 20 GiB engines alone on 24 GiB GPUs fit one 141 GiB GPU: one opened, four freed.
+    asked = [request(20, holder=f"m{i}/prod@a:v1") for i in range(4)]
+    state, requests = spread_fleet([node("a", [24] * 4), node("b", [141])],
+                                   [(one, "a", (i,)) for i, one in enumerate(asked)])
+    plan = plan_defragmentation(state, requests, UNLIMITED)
+    booked = carry_out(state, plan)
+    assert plan.opened == (("b", "GPU-b-0"),) and len(plan.freed) == 4
+    assert in_use(booked) == {("b", "GPU-b-0")} and plan.gpus_in_use_after == 1
+
+
+def test_opening_a_gpu_the_same_size_is_never_proposed() -> None:
+    # Moving the one engine to an empty GPU of its own size frees nothing.
+    state, requests = spread_fleet([node("a", [24, 24])], [(request(20), "a", (0,))])
+    assert plan_defragmentation(state, requests, UNLIMITED).moves == ()
+
+
+@pytest.mark.parametrize("engines", [0, 1, 2, 3])
+def test_the_budget_bounds_the_engines_moved(engines: int) -> None:
+    asked = [request(10, holder=f"m{i}/prod@a:v1") for i in range(4)]
+    state, requests = spread_fleet([node("a", [80] * 4)],
+                                   [(one, "a", (i,)) for i, one in enumerate(asked)])
+    plan = plan_defragmentation(state, requests, MoveBudget(engines=engines))
+    carry_out(state, plan)
+    assert plan.engines == min(engines, 3)
+    assert plan.gpus_in_use_after == 4 - min(engines, 3)
+
+
+def test_the_budget_bounds_the_bytes_loaded_again() -> None:
+    asked = [request(10, holder=f"m{i}/prod@a:v1") for i in range(4)]
+    state, requests = spread_fleet([node("a", [80] * 4)],
+                                   [(one, "a", (i,)) for i, one in enumerate(asked)])
+    one_move = plan_defragmentation(state, requests, MoveBudget(1)).bytes
+    plan = plan_defragmentation(state, requests, MoveBudget(10, bytes=2 * one_move))
+    assert plan.engines == 2 and plan.bytes <= 2 * one_move
+
+
+def test_a_version_moves_with_all_its_engines_onto_one_node() -> None:
+    # Two replicas on a's GPUs 0 and 1 go together to b, whose GPUs are in use with room.
+    pair = request(20, replicas=2, holder="pair/prod@a:v1")
+    others = [request(40, holder=f"m{i}/prod@b:v1") for i in range(2)]
+    state, requests = spread_fleet([node("a", [80, 80]), node("b", [80, 80])],
+                                   [(pair, "a", (0, 1)), (others[0], "b", (0,)),
+                                    (others[1], "b", (1,))])
+    plan = plan_defragmentation(state, requests, UNLIMITED)
+    carry_out(state, plan)
+    assert [m.holder for m in plan.moves] == ["pair/prod@a:v1"]
+    (move,) = plan.moves
+    assert move.target.node == "b" and move.target.engines == ((0,), (1,)) and move.engines == 2
+    assert set(plan.freed) == {("a", "GPU-a-0"), ("a", "GPU-a-1")}
+
+
+def test_excluded_unhealthy_and_other_nodes_are_never_targets() -> None:
+    base = request(10, holder="m0/prod@a:v1")
+    pinned = PlacementRequest(**{**base.__dict__, "holder": "m1/prod@a:v1", "nodes": ("a",)})
+    views = [node("a", [80, 80]), node("b", [80, 80], excluded=(0,)),
+             NodeView(name="c", gpus=(gpu(0, 80, node="c"),), error="unreadable")]
+    state, requests = spread_fleet(views, [(base, "a", (0,)), (pinned, "a", (1,)),
+                                           (request(10, holder="x/prod@b:v1"), "b", (0,))])
+    plan = plan_defragmentation(state, requests, UNLIMITED)
+    targets = {(r.node, r.gpu_uuid) for m in plan.moves for r in m.target.reservations}
+    assert not targets & {("b", "GPU-b-0"), ("c", "GPU-c-0")}
+    assert all(r.node == "a" for m in plan.moves if m.holder == pinned.holder
+               for r in m.target.reservations)
+    carry_out(state, plan)
+
+
+def test_versions_without_a_request_or_on_the_cpu_stay_put() -> None:
+    asked = [request(10, holder=f"m{i}/prod@a:v1") for i in range(2)]
+    state, requests = spread_fleet([node("a", [80, 80])],
+                                   [(one, "a", (i,)) for i, one in enumerate(asked)])
+    assert plan_defragmentation(state, {}, UNLIMITED).moves == ()
+    on_cpu = {h: PlacementRequest(**{**r.__dict__, "device": Device.CPU})
+              for h, r in requests.items()}
+    assert plan_defragmentation(state, on_cpu, UNLIMITED).moves == ()
+
+
+def test_the_plan_reads_the_fleet_and_changes_nothing() -> None:
+    asked = [request(10, holder=f"m{i}/prod@a:v1") for i in range(3)]
+    state, requests = spread_fleet([node("a", [80, 80, 80])],
+                                   [(one, "a", (i,)) for i, one in enumerate(asked)])
+    before = sorted(state.ledger.reservations(), key=repr)
+    first = plan_defragmentation(state, requests, UNLIMITED)
+    assert sorted(state.ledger.reservations(), key=repr) == before
+    assert plan_defragmentation(state, requests, UNLIMITED) == first
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_fleets_get_plans_that_are_feasible_and_free_what_they_say(seed: int) -> None:
+    rng = random.Random(seed)
+    views = [node(f"n{i}", [rng.choice([24, 48, 80, 141])] * 4) for i in range(5)]
+    state = FleetState(views)
+    requests: dict[str, PlacementRequest] = {}
+    live: list[tuple[PlacementRequest, Placement]] = []
+    for number in range(60):
+        one = request(rng.choice([2, 5, 10, 18, 30, 45]), tp=rng.choice([1, 1, 1, 2, 4]),
+                      replicas=rng.choice([1, 1, 2]), holder=f"m/prod@n:v{number}")
+        if one.tensor_parallel_size * one.replicas > 4:
+            continue
+        placed = place_on_fleet(one, state)
+        if isinstance(placed, Placement):
+            state.book(placed.reservations)
+            requests[one.holder] = one
+            live.append((one, placed))
+        # Departures leave the holes a plan fills.
+        if live and rng.random() < 0.4:
+            gone, booked = live.pop(rng.randrange(len(live)))
+            state.release(booked.reservations)
+            del requests[gone.holder]
+    budget = MoveBudget(engines=rng.choice([1, 3, 10, 100]))
+    plan = plan_defragmentation(state, requests, budget)
+    booked = carry_out(state, plan)
+    assert plan.engines <= budget.engines
+    assert all(not booked[key] for key in plan.freed)
+    assert len(in_use(booked)) == plan.gpus_in_use_after <= plan.gpus_in_use_before
+    assert (plan.gpus_in_use_after < plan.gpus_in_use_before) == bool(plan.moves)
+    assert len({m.holder for m in plan.moves}) == len(plan.moves)

@@ -39,6 +39,7 @@ from llm_backend.errors import BackendError, InvalidRequest, Unavailable
 from llm_backend.gateway_trust import GATEWAY_SECRET_ENV, GatewayTrust
 from llm_backend.request import parse_parameters_json, parse_request
 from llm_backend.scheduler import AdmissionScheduler, QueuePolicy, QueueRejected
+from llm_backend.serving_watch import ServingWatch
 from llm_backend.settings import SettingsError, load_settings
 from llm_backend.stock_metrics import StockMetricsFactory
 from llm_backend.token_bytes import TokenBytes, UnboundedTokens, max_token_bytes
@@ -81,6 +82,10 @@ class TritonPythonModel:
         self._levels = self._settings.levels
         self._closing = False
         self._unloading_self = threading.Lock()
+        # Draining and stopping the engine happens once: on Triton's finalize, or earlier when
+        # Triton stops serving this version but still holds it (serving_watch.py).
+        self._retiring = threading.Lock()
+        self._retired = False
         # Read once: tritonserver's environment, which the stub inherits.
         self._gateway = GatewayTrust.from_environment()
         self._control_key = ControlKey.from_environment()
@@ -108,6 +113,10 @@ class TritonPythonModel:
         self._scheduler = self._build_scheduler()
         bytes_bound, bytes_note = self._token_bytes_bound()
         self._admission = Admission(self._engine.max_model_len, bytes_bound)
+        self._serving = ServingWatch(
+            lambda: bool(pb_utils.is_model_ready(model_name=self._name,
+                                                 model_version=self._version)),
+            time.monotonic)
         self._ticker = threading.Thread(target=self._tick, name="queue-ticker", daemon=True)
         self._ticker.start()
         log.info("llm_backend %s/%s ready: %s engine slots (%s reserved for levels <= %s), "
@@ -270,6 +279,12 @@ class TritonPythonModel:
             sweep = ticks % CANCEL_SWEEP_TICKS == 0
             self._scheduler.expire(self._client_gone if sweep else None)
             self._publish_request_gauges()
+            if not self._closing and self._serving.left():
+                log.warning("llm_backend %s/%s: Triton no longer serves this version (replaced "
+                            "or unloaded) but has not finalized it (a client's open gRPC stream "
+                            "still holds it); draining and stopping the engine now",
+                            self._name, self._version)
+                self._retire("the model version was replaced or unloaded")
 
     @staticmethod
     def _client_gone(job: GenerationJob) -> bool:
@@ -290,13 +305,27 @@ class TritonPythonModel:
         log.error("vLLM engine died (%s): unloading %s", error, self._name)
         threading.Thread(target=pb_utils.unload_model, args=(self._name,), daemon=True).start()
 
+    def _retire(self, reason: str) -> None:
+        """Take nothing more, let running requests finish (up to the drain timeout), stop the
+        engine; the first call does it, later ones wait for it."""
+        with self._retiring:
+            if self._retired:
+                return
+            self._closing = True
+            for job in self._scheduler.close():
+                job.sink.fail(Unavailable("the model is unloading"))
+            started = time.monotonic()
+            drained = self._scheduler.wait_idle(self._settings.drain_timeout_s)
+            drain_s = time.monotonic() - started
+            self._engine.shutdown(reason + ("" if drained else " before the request finished"))
+            self._retired = True
+            log.info("llm_backend %s/%s engine stopped (%s): drain %.1f s%s, stop %.1f s",
+                     self._name, self._version, reason, drain_s,
+                     "" if drained else " (requests cut at drain_timeout_seconds "
+                     f"{self._settings.drain_timeout_s:g})", time.monotonic() - started - drain_s)
+
     def finalize(self) -> None:
-        self._closing = True
-        for job in self._scheduler.close():
-            job.sink.fail(Unavailable("the model is unloading"))
-        drained = self._scheduler.wait_idle(self._settings.drain_timeout_s)
-        reason = "the model was unloaded" + ("" if drained else " before the request finished")
-        self._engine.shutdown(reason)
+        self._retire("the model was unloaded")
         self._ticker.join(timeout=1)
         self._metrics.close()
         if self._stock_metrics is not None:

@@ -39,7 +39,7 @@ from llm_backend.errors import BackendError, InvalidRequest, Unavailable
 from llm_backend.gateway_trust import GATEWAY_SECRET_ENV, GatewayTrust
 from llm_backend.request import parse_parameters_json, parse_request
 from llm_backend.scheduler import AdmissionScheduler, QueuePolicy, QueueRejected
-from llm_backend.serving_watch import ServingWatch
+from llm_backend.serving_watch import ServingWatch, may_stop
 from llm_backend.settings import SettingsError, load_settings
 from llm_backend.stock_metrics import StockMetricsFactory
 from llm_backend.token_bytes import TokenBytes, UnboundedTokens, max_token_bytes
@@ -86,6 +86,8 @@ class TritonPythonModel:
         # Triton stops serving this version but still holds it (serving_watch.py).
         self._retiring = threading.Lock()
         self._retired = False
+        self._left_at: float | None = None  # when Triton was seen no longer serving this version
+        self._last_request_at = time.monotonic()
         # Read once: tritonserver's environment, which the stub inherits.
         self._gateway = GatewayTrust.from_environment()
         self._control_key = ControlKey.from_environment()
@@ -176,6 +178,7 @@ class TritonPythonModel:
     def execute(self, requests: list[Any]) -> None:
         # Hands requests over and returns: nothing here waits for the engine, the queue or
         # another request, so Triton's instance is idle again within a millisecond.
+        self._last_request_at = time.monotonic()
         for request in requests:
             sink = TritonResponseSink(pb_utils, request.get_response_sender())
             try:
@@ -280,11 +283,24 @@ class TritonPythonModel:
             self._scheduler.expire(self._client_gone if sweep else None)
             self._publish_request_gauges()
             if not self._closing and self._serving.left():
-                log.warning("llm_backend %s/%s: Triton no longer serves this version (replaced "
-                            "or unloaded) but has not finalized it (a client's open gRPC stream "
-                            "still holds it); draining and stopping the engine now",
-                            self._name, self._version)
-                self._retire("the model version was replaced or unloaded")
+                self._drain_left_version()
+
+    def _drain_left_version(self) -> None:
+        """Triton serves another version (or none) but has not finalized this one: finish what
+        it still hands over, then stop the engine as finalize would."""
+        now = time.monotonic()
+        if self._left_at is None:
+            self._left_at = now
+            log.warning("llm_backend %s/%s: Triton no longer serves this version (replaced or "
+                        "unloaded) but has not finalized it (a client's open gRPC stream may "
+                        "hold it); stopping the engine once its requests are done",
+                        self._name, self._version)
+        running, waiting = self._scheduler.snapshot()
+        left_for_s = now - self._left_at
+        if may_stop(left_for_s, not any(running.values()) and not any(waiting.values()),
+                    now - self._last_request_at, self._settings.drain_timeout_s):
+            self._retire("the model version was replaced or unloaded",
+                         max(0.0, self._settings.drain_timeout_s - left_for_s))
 
     @staticmethod
     def _client_gone(job: GenerationJob) -> bool:
@@ -305,9 +321,9 @@ class TritonPythonModel:
         log.error("vLLM engine died (%s): unloading %s", error, self._name)
         threading.Thread(target=pb_utils.unload_model, args=(self._name,), daemon=True).start()
 
-    def _retire(self, reason: str) -> None:
-        """Take nothing more, let running requests finish (up to the drain timeout), stop the
-        engine; the first call does it, later ones wait for it."""
+    def _retire(self, reason: str, drain_s: float | None = None) -> None:
+        """Take nothing more, let running requests finish (up to ``drain_s``, by default the
+        drain timeout), stop the engine; the first call does it, later ones wait for it."""
         with self._retiring:
             if self._retired:
                 return
@@ -315,14 +331,15 @@ class TritonPythonModel:
             for job in self._scheduler.close():
                 job.sink.fail(Unavailable("the model is unloading"))
             started = time.monotonic()
-            drained = self._scheduler.wait_idle(self._settings.drain_timeout_s)
-            drain_s = time.monotonic() - started
+            drained = self._scheduler.wait_idle(
+                self._settings.drain_timeout_s if drain_s is None else drain_s)
+            waited_s = time.monotonic() - started
             self._engine.shutdown(reason + ("" if drained else " before the request finished"))
             self._retired = True
             log.info("llm_backend %s/%s engine stopped (%s): drain %.1f s%s, stop %.1f s",
-                     self._name, self._version, reason, drain_s,
+                     self._name, self._version, reason, waited_s,
                      "" if drained else " (requests cut at drain_timeout_seconds "
-                     f"{self._settings.drain_timeout_s:g})", time.monotonic() - started - drain_s)
+                     f"{self._settings.drain_timeout_s:g})", time.monotonic() - started - waited_s)
 
     def finalize(self) -> None:
         self._retire("the model was unloaded")

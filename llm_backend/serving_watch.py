@@ -20,6 +20,10 @@ from collections.abc import Callable
 CHECK_INTERVAL_S = 1.0
 # Not-ready this many checks in a row: one failed or odd answer does not stop a serving engine.
 NOT_READY_CHECKS = 2
+# Once Triton no longer serves the version it may still hand over requests it routed here just
+# before (queued while the stub was busy): they are served, and the engine stops only once none
+# has come for this long and none runs or waits.
+QUIET_S = 2.0
 
 
 class ServingWatch:
@@ -58,3 +62,10 @@ class ServingWatch:
         elif self._seen_ready:
             self._not_ready += 1
         return self._not_ready >= self._checks
+
+
+def may_stop(left_for_s: float, idle: bool, quiet_for_s: float, drain_timeout_s: float,
+             quiet_s: float = QUIET_S) -> bool:
+    """Whether a version Triton stopped serving ``left_for_s`` ago may stop taking requests now:
+    nothing runs or waits (``idle``) and none came for ``quiet_s``, or the drain time is up."""
+    return (idle and quiet_for_s >= quiet_s) or left_for_s >= drain_timeout_s

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llm_backend.serving_watch import ServingWatch
+from llm_backend.serving_watch import ServingWatch, may_stop
 
 
 class Clock:
@@ -77,3 +77,18 @@ def test_a_single_check_can_decide():
 def test_checks_below_one_are_refused():
     with pytest.raises(ValueError, match="at least 1"):
         ServingWatch(lambda: True, Clock(), checks=0)
+
+
+@pytest.mark.parametrize(("left_for_s", "idle", "quiet_for_s", "stop"), [
+    # Nothing runs or waits and nothing came for the quiet time: stop.
+    (3.0, True, 2.0, True),
+    # A request came a moment ago (Triton routed it here just before the swap): serve it.
+    (3.0, True, 0.5, False),
+    # Requests still run or wait.
+    (3.0, False, 10.0, False),
+    # The drain time is up: stop whatever still runs (cut, as finalize would).
+    (30.0, False, 0.0, True),
+])
+def test_may_stop_once_idle_and_quiet_or_at_the_drain_timeout(left_for_s, idle, quiet_for_s,
+                                                               stop):
+    assert may_stop(left_for_s, idle, quiet_for_s, drain_timeout_s=30.0, quiet_s=2.0) is stop

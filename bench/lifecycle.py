@@ -12,8 +12,12 @@ Three measurements:
    share without run-to-run noise.
 2. Swaps under load: streaming clients send requests back to back over gRPC to the production
    model while the alias moves between two versions (different ``max_num_seqs``) several times,
-   each time waiting for the swap operation and then for Triton to unload the replaced version;
-   every failed request is counted (goal: none).
+   each time waiting for the swap operation, then for the replaced version's engine to stop
+   (the backend's log line) and for Triton to unload it; every failed request is counted (goal:
+   none). Triton r24.10 finalizes a version only once no gRPC stream whose first request went to
+   it is open (llm_backend/serving_watch.py): the clients open their streams on the first
+   version, so that version's unload comes only after they close, while its engine stops within
+   the drain timeout all the same (``old_engine_stopped_after_s``).
 3. Healing: two aliases deployed (production, staging); tritonserver is killed (-9) and, once
    the control plane shows both deployments UNKNOWN, started again on the same ports; the time
    until both are READY again, by the reconciler alone (no API call but GETs), and Triton agrees.
@@ -210,6 +214,19 @@ class TritonLog:
                                f"{self.path}")
         return found
 
+    def seen(self, since: int, text: str, timeout_s: float) -> float | None:
+        """When (``time.time()``, to the poll's 0.2 s) a line after ``since`` containing ``text``
+        was first seen: for lines without Triton's timestamp, the backend's own."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self.path.open("rb") as log:
+                log.seek(since)
+                if text.encode() in log.read():
+                    return time.time()
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.2)
+
     def poll(self, since: int, message: str, timeout_s: float) -> float | None:
         deadline = time.monotonic() + timeout_s
         while not (found := self.times(since, message)):
@@ -225,6 +242,11 @@ def loaded_message(name: str) -> str:
 
 def unloaded_message(name: str, version: int) -> str:
     return f"successfully unloaded '{name}' version {version}"
+
+
+def engine_stopped_message(name: str, version: int) -> str:
+    """The backend's line once it has drained and stopped a version's engine (model.py)."""
+    return f"llm_backend {name}/{version} engine stopped"
 
 
 def direct_load(control: TritonGrpcControl, log: TritonLog, spec: VersionSpec) -> float:
@@ -343,10 +365,15 @@ def measure_deploy(api: httpx.Client, control: TritonGrpcControl, log: TritonLog
                                                                             strict=True)])}
 
 
+def _later(at: float | None, since: float) -> str:
+    return f"not within {OLD_VERSION_WAIT_S:g} s" if at is None else f"{at - since:.3f} s later"
+
+
 def measure_swaps(api: httpx.Client, log: TritonLog, grpc_url: str, versions: tuple[int, int],
                   swaps: int, clients: int) -> dict[str, Any]:
     """Move production back and forth under streaming load, waiting for each swap and then for
-    Triton to unload the version it replaced (up to ``OLD_VERSION_WAIT_S``)."""
+    the replaced version's engine to stop and Triton to unload it (up to ``OLD_VERSION_WAIT_S``
+    each)."""
     alias_path = f"/api/v1/models/{MODEL}/aliases/production"
     rows: list[dict[str, Any]] = []
     phase_mark = log.mark()
@@ -361,6 +388,9 @@ def measure_swaps(api: httpx.Client, log: TritonLog, grpc_url: str, versions: tu
             done = wait_operation(api, _started(response, f"swap to {target}"), started)
             after = load.counts()
             serving = api.get(_deployment_path("production")).json()
+            # The engine stops before Triton logs the unload, so the first wait times it well.
+            engine_stopped = log.seen(mark, engine_stopped_message(MODEL, current),
+                                      OLD_VERSION_WAIT_S)
             old_unloaded = log.poll(mark, unloaded_message(MODEL, current), OLD_VERSION_WAIT_S)
             drained = load.counts()
             rows.append({"from_version": current, "to_version": target,
@@ -370,15 +400,16 @@ def measure_swaps(api: httpx.Client, log: TritonLog, grpc_url: str, versions: tu
                          "failed_during": after[1] - before[1],
                          "serving_version_after": serving.get("serving_version"),
                          "state_after": serving.get("state"),
+                         "old_engine_stopped_after_s": None if engine_stopped is None
+                         else engine_stopped - done.seen_at,
                          "old_version_unloaded_after_s": None if old_unloaded is None
                          else old_unloaded - done.seen_at,
                          "failed_until_old_version_unloaded": drained[1] - after[1]})
-            gone = (f"not within {OLD_VERSION_WAIT_S:g} s" if old_unloaded is None
-                    else f"{old_unloaded - done.seen_at:.3f} s later")
             print(f"  swap {index + 1}/{swaps}: v{current} -> v{target} {done.operation['status']}"
                   f" in {done.elapsed_s:.3f} s; requests during it: {after[0] - before[0]} "
-                  f"completed, {after[1] - before[1]} failed; v{current} unloaded {gone}",
-                  flush=True)
+                  f"completed, {after[1] - before[1]} failed; v{current}'s engine stopped "
+                  f"{_later(engine_stopped, done.seen_at)}, unloaded "
+                  f"{_later(old_unloaded, done.seen_at)}", flush=True)
         time.sleep(2)  # requests after the last swap reach the version it left serving
     closed = time.time()
 
@@ -397,6 +428,8 @@ def measure_swaps(api: httpx.Client, log: TritonLog, grpc_url: str, versions: tu
             "request_max_s": max(load.durations_s, default=float("nan")),
             "swap_duration_median_s": median([r["duration_s"] for r in rows]),
             "swaps_succeeded": sum(r["status"] == "succeeded" for r in rows),
+            "replaced_engines_stopped_in_time": sum(r["old_engine_stopped_after_s"] is not None
+                                                    for r in rows),
             "replaced_versions_unloaded": len(unloads()),
             "unloads_after_streams_closed_s": sorted(t - closed for t in unloads() if t > closed)}
 
@@ -566,16 +599,23 @@ def report(data: dict[str, Any]) -> None:
           f"{deploy_['control_plane_overhead_median_s']:.3f} s")
     print_table(f"(2) Swaps under streaming load ({swaps['clients']} clients)",
                 ["swap", "versions", "status", "seconds", "completed", "failed",
-                 "old version unloaded after s", "failed until then"],
+                 "old engine stopped after s", "old version unloaded after s",
+                 "failed until then"],
                 [[index, f"v{swap['from_version']} -> v{swap['to_version']}", swap["status"],
                   swap["duration_s"], swap["completed_during"], swap["failed_during"],
+                  _seconds(swap["old_engine_stopped_after_s"]),
                   _seconds(swap["old_version_unloaded_after_s"]),
                   swap["failed_until_old_version_unloaded"]]
                  for index, swap in enumerate(swaps["swaps"], 1)])
     print(f"requests: {swaps['completed_requests']} completed, {swaps['failed_requests']} failed; "
           f"request p50 {swaps['request_p50_s']:.3f} s, max {swaps['request_max_s']:.3f} s; "
-          f"replaced versions unloaded {swaps['replaced_versions_unloaded']} of "
-          f"{len(swaps['swaps'])}")
+          f"replaced engines stopped within {OLD_VERSION_WAIT_S:g} s "
+          f"{swaps['replaced_engines_stopped_in_time']} of {len(swaps['swaps'])}; replaced "
+          f"versions unloaded {swaps['replaced_versions_unloaded']} of {len(swaps['swaps'])}")
+    if swaps["unloads_after_streams_closed_s"]:
+        print(f"{len(swaps['unloads_after_streams_closed_s'])} unloaded only once the clients had "
+              "closed their streams: Triton r24.10 keeps the version a stream's first request "
+              "went to until that stream ends (its engine stopped all the same, see above)")
     aliases = healing["aliases"]
     print_table("(3) kill -9, restart: until all desired models are READY (reconciler only)",
                 ["restart", "UNKNOWN after kill s", "started after kill s",

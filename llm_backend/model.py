@@ -39,6 +39,7 @@ from llm_backend.errors import BackendError, InvalidRequest, Unavailable
 from llm_backend.gateway_trust import GATEWAY_SECRET_ENV, GatewayTrust
 from llm_backend.request import parse_parameters_json, parse_request
 from llm_backend.scheduler import AdmissionScheduler, QueuePolicy, QueueRejected
+from llm_backend.serving_watch import ServingWatch, may_stop
 from llm_backend.settings import SettingsError, load_settings
 from llm_backend.stock_metrics import StockMetricsFactory
 from llm_backend.token_bytes import TokenBytes, UnboundedTokens, max_token_bytes
@@ -81,6 +82,12 @@ class TritonPythonModel:
         self._levels = self._settings.levels
         self._closing = False
         self._unloading_self = threading.Lock()
+        # Draining and stopping the engine happens once: on Triton's finalize, or earlier when
+        # Triton stops serving this version but still holds it (serving_watch.py).
+        self._retiring = threading.Lock()
+        self._retired = False
+        self._left_at: float | None = None  # when Triton was seen no longer serving this version
+        self._last_request_at = time.monotonic()
         # Read once: tritonserver's environment, which the stub inherits.
         self._gateway = GatewayTrust.from_environment()
         self._control_key = ControlKey.from_environment()
@@ -108,6 +115,10 @@ class TritonPythonModel:
         self._scheduler = self._build_scheduler()
         bytes_bound, bytes_note = self._token_bytes_bound()
         self._admission = Admission(self._engine.max_model_len, bytes_bound)
+        self._serving = ServingWatch(
+            lambda: bool(pb_utils.is_model_ready(model_name=self._name,
+                                                 model_version=self._version)),
+            time.monotonic)
         self._ticker = threading.Thread(target=self._tick, name="queue-ticker", daemon=True)
         self._ticker.start()
         log.info("llm_backend %s/%s ready: %s engine slots (%s reserved for levels <= %s), "
@@ -167,6 +178,7 @@ class TritonPythonModel:
     def execute(self, requests: list[Any]) -> None:
         # Hands requests over and returns: nothing here waits for the engine, the queue or
         # another request, so Triton's instance is idle again within a millisecond.
+        self._last_request_at = time.monotonic()
         for request in requests:
             sink = TritonResponseSink(pb_utils, request.get_response_sender())
             try:
@@ -270,6 +282,25 @@ class TritonPythonModel:
             sweep = ticks % CANCEL_SWEEP_TICKS == 0
             self._scheduler.expire(self._client_gone if sweep else None)
             self._publish_request_gauges()
+            if not self._closing and self._serving.left():
+                self._drain_left_version()
+
+    def _drain_left_version(self) -> None:
+        """Triton serves another version (or none) but has not finalized this one: finish what
+        it still hands over, then stop the engine as finalize would."""
+        now = time.monotonic()
+        if self._left_at is None:
+            self._left_at = now
+            log.warning("llm_backend %s/%s: Triton no longer serves this version (replaced or "
+                        "unloaded) but has not finalized it (a client's open gRPC stream may "
+                        "hold it); stopping the engine once its requests are done",
+                        self._name, self._version)
+        running, waiting = self._scheduler.snapshot()
+        left_for_s = now - self._left_at
+        if may_stop(left_for_s, not any(running.values()) and not any(waiting.values()),
+                    now - self._last_request_at, self._settings.drain_timeout_s):
+            self._retire("the model version was replaced or unloaded",
+                         max(0.0, self._settings.drain_timeout_s - left_for_s))
 
     @staticmethod
     def _client_gone(job: GenerationJob) -> bool:
@@ -290,13 +321,28 @@ class TritonPythonModel:
         log.error("vLLM engine died (%s): unloading %s", error, self._name)
         threading.Thread(target=pb_utils.unload_model, args=(self._name,), daemon=True).start()
 
+    def _retire(self, reason: str, drain_s: float | None = None) -> None:
+        """Take nothing more, let running requests finish (up to ``drain_s``, by default the
+        drain timeout), stop the engine; the first call does it, later ones wait for it."""
+        with self._retiring:
+            if self._retired:
+                return
+            self._closing = True
+            for job in self._scheduler.close():
+                job.sink.fail(Unavailable("the model is unloading"))
+            started = time.monotonic()
+            drained = self._scheduler.wait_idle(
+                self._settings.drain_timeout_s if drain_s is None else drain_s)
+            waited_s = time.monotonic() - started
+            self._engine.shutdown(reason + ("" if drained else " before the request finished"))
+            self._retired = True
+            log.info("llm_backend %s/%s engine stopped (%s): drain %.1f s%s, stop %.1f s",
+                     self._name, self._version, reason, waited_s,
+                     "" if drained else " (requests cut at drain_timeout_seconds "
+                     f"{self._settings.drain_timeout_s:g})", time.monotonic() - started - waited_s)
+
     def finalize(self) -> None:
-        self._closing = True
-        for job in self._scheduler.close():
-            job.sink.fail(Unavailable("the model is unloading"))
-        drained = self._scheduler.wait_idle(self._settings.drain_timeout_s)
-        reason = "the model was unloaded" + ("" if drained else " before the request finished")
-        self._engine.shutdown(reason)
+        self._retire("the model was unloaded")
         self._ticker.join(timeout=1)
         self._metrics.close()
         if self._stock_metrics is not None:

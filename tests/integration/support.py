@@ -33,17 +33,21 @@ MODEL_DIR = PROJECT_ROOT / "model_repository" / MODEL
 # slots, and the one reserved for urgent requests.
 TEST_MAX_NUM_SEQS = 3
 TEST_URGENT_QUEUE_SIZE = 2
+TEST_DRAIN_TIMEOUT_S = 20
 # The session tritonserver's LLM_GATEWAY_SECRET (conftest.py): what the gateway would send.
 GATEWAY_SECRET = "integration-tests-gateway-secret"
 
 
-def test_model_config() -> tuple[str, dict[str, bytes]]:
-    """The shipped config with cheap-to-saturate settings; everything else as shipped."""
+def test_model_config(version: int | None = None) -> tuple[str, dict[str, bytes]]:
+    """The shipped config with cheap-to-saturate settings; everything else as shipped. With
+    ``version``, as that Triton version alone (as the control plane loads a registry version)."""
     config = read_pbtxt(MODEL_DIR / "config.pbtxt")
+    if version is not None:
+        config.version_policy.specific.versions[:] = [version]
     set_parameter(config, level_policy_key(1), json.dumps(
         {"max_queue_size": TEST_URGENT_QUEUE_SIZE, "default_timeout_microseconds": 30_000_000,
          "allow_timeout_override": True}))
-    set_parameter(config, "drain_timeout_seconds", "20")
+    set_parameter(config, "drain_timeout_seconds", str(TEST_DRAIN_TIMEOUT_S))
     # Level 3 waits as long as a burst of hundreds of streams takes on a slow 2-core machine (the
     # shipped 120 s is less than some such machines need), so only a hang times out there.
     policy = json.loads(config.parameters["default_queue_policy"].string_value)
@@ -51,7 +55,7 @@ def test_model_config() -> tuple[str, dict[str, bytes]]:
         {**policy, "default_timeout_microseconds": 400_000_000}))
     engine_args = read_model_json(MODEL_DIR)
     engine_args["max_num_seqs"] = TEST_MAX_NUM_SEQS
-    return to_load_json(config), {"file:1/model.json": model_json_bytes(engine_args)}
+    return to_load_json(config), {f"file:{version or 1}/model.json": model_json_bytes(engine_args)}
 
 
 def load_model(server: TritonServer, name: str = MODEL) -> None:
@@ -95,8 +99,16 @@ def server_processes(server: TritonServer) -> list[psutil.Process]:
 
 
 def engine_processes(server: TritonServer) -> list[psutil.Process]:
-    return [p for p in server_processes(server) if "EngineCore" in " ".join(p.cmdline()) or
-            p.name().startswith("VLLM")]
+    """vLLM's engine processes under the server, leaving out those that have already exited
+    (zombies until their parent stub reaps them)."""
+    found = []
+    for process in server_processes(server):
+        try:
+            if "EngineCore" in " ".join(process.cmdline()) or process.name().startswith("VLLM"):
+                found.append(process)
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue
+    return found
 
 
 class GrpcStream(llm_client.GrpcStream):

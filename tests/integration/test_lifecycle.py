@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 
 import psutil
@@ -12,8 +13,10 @@ import tritonclient.http as httpclient
 
 from control_plane.triton.runtime import CACHE_DIR, PROJECT_ROOT
 from control_plane.triton.server import TritonServer
+from tests.integration import support
 from tests.integration.support import (
     MODEL,
+    TEST_DRAIN_TIMEOUT_S,
     GrpcStream,
     engine_processes,
     http_generate,
@@ -54,6 +57,40 @@ def test_unload_drains_in_flight_streams_then_frees_the_processes(served):
     load_model(served)
     status, body = http_generate(served, GOOD)
     assert status == 200 and body["text_output"]
+
+
+def test_swap_stops_the_replaced_engine_while_a_stream_opened_on_it_stays_open(served):
+    """Triton r24.10 keeps the version that a gRPC stream's first request went to until the
+    stream closes, so its finalize waits for the client (llm_backend/serving_watch.py); the
+    backend stops the engine of a replaced version within its drain timeout all the same."""
+    old_engines = engine_processes(served)
+    assert old_engines
+    stream = GrpcStream(served)
+    try:
+        stream.submit("Hello", {"max_tokens": 2, "temperature": 0})
+        first = stream.wait(timeout=60)
+        assert first.error is None and first.final, first
+        # What a swap loads under the same name. Imported by module: pytest would collect a
+        # bare test_model_config as a test.
+        config, files = support.test_model_config(version=2)
+        with httpclient.InferenceServerClient(served.http_url, network_timeout=600) as client:
+            client.load_model(MODEL, config=config, files=files)
+            assert client.is_model_ready(MODEL, "2") and not client.is_model_ready(MODEL, "1")
+        swapped = time.monotonic()
+        stopped = wait_until(lambda: _all_gone(old_engines), TEST_DRAIN_TIMEOUT_S + 30)
+        assert stopped, (f"version 1's engine still runs {time.monotonic() - swapped:.0f} s "
+                         "after version 2 replaced it, with a stream opened on it still open")
+        # The stream itself goes on, now served by version 2.
+        stream.submit("Hello", {"max_tokens": 2, "temperature": 0})
+        after = stream.wait(timeout=60)
+        assert after.error is None and after.final, after
+    finally:
+        stream.close()
+        # Version 2 goes; the session's own config comes back for the next test that needs it.
+        engines = engine_processes(served)
+        with httpclient.InferenceServerClient(served.http_url) as client:
+            client.unload_model(MODEL)
+        wait_until(lambda: _all_gone(engines), 60)
 
 
 @pytest.fixture(scope="module")

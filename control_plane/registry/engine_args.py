@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -14,15 +13,9 @@ from control_plane.registry import vllm_catalogue
 RESERVED = frozenset({"model"})
 
 
-# One reader at a time: concurrent first registrations wait for its answer instead of each
-# starting their own vLLM.
-_read_lock = threading.Lock()
-
-
 def vllm_engine_arg_names() -> frozenset[str]:
     """The field names of vLLM's ``AsyncEngineArgs`` (the installed vLLM, or the catalogue)."""
-    with _read_lock:
-        return frozenset(vllm_catalogue.catalogue()["engine_args"])
+    return frozenset(vllm_catalogue.catalogue()["engine_args"])
 
 
 def check_engine_args(args: Mapping[str, Any], known: Iterable[str] | None = None) -> None:

@@ -14,6 +14,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import threading
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -43,9 +44,19 @@ def read_installed() -> dict[str, Any]:
     return found
 
 
-@cache
+# One reader at a time: the first registration and the first validation, arriving together, wait
+# for one child's answer instead of each starting their own vLLM.
+_read_lock = threading.Lock()
+
+
 def catalogue() -> dict[str, Any]:
-    """The installed vLLM's answer if there is one, else the file's."""
+    """The installed vLLM's answer if there is one, else the file's (read once)."""
+    with _read_lock:
+        return _catalogue()
+
+
+@cache
+def _catalogue() -> dict[str, Any]:
     if vllm_installed():
         return read_installed()
     written: dict[str, Any] = json.loads(CATALOGUE.read_text())

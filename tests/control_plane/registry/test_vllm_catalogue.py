@@ -23,11 +23,11 @@ def test_the_file_matches_the_installed_vllm() -> None:
 
 def test_without_vllm_the_file_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(vllm_catalogue, "vllm_installed", lambda: False)
-    vllm_catalogue.catalogue.cache_clear()
+    vllm_catalogue._catalogue.cache_clear()
     try:
         assert "max_model_len" in vllm_engine_arg_names()
         assert "LlamaForCausalLM" in vllm_architectures()
         with pytest.raises(UnknownEngineArgument, match="did you mean 'max_model_len'"):
             check_engine_args({"max_model_length": 512})
     finally:
-        vllm_catalogue.catalogue.cache_clear()
+        vllm_catalogue._catalogue.cache_clear()

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -51,15 +51,17 @@ class Ledger:
     """The reservations added up per GPU (matched by node and UUID), kept current as reservations
     are added and removed, so a decision reads the sums instead of adding them up again."""
 
-    # Read for every GPU of the fleet on every decision: one immutable GpuBook per booked GPU,
-    # filed by node so a GPU costs one look-up. Tuples of numbers are objects the garbage
-    # collector stops tracking, so the books leave nothing behind that brings on full
-    # collections (tens of milliseconds in a large process).
+    # One immutable GpuBook per booked GPU, filed by node so a GPU costs one look-up. A node's
+    # books are replaced, never changed, when a reservation is added or removed: a caller can keep
+    # them as they were (a decision explains itself later from what it decided on) and tell that
+    # they changed by identity (FleetState rebuilds what it derives from them). Tuples of numbers
+    # are objects the garbage collector stops tracking, so the books leave nothing behind that
+    # brings on full collections (tens of milliseconds in a large process).
     def __init__(self, reservations: Iterable[Reservation] = (),
                  holder: str | None = None) -> None:
         # ``holder``: whose engines ``book()`` reports by default (anti-affinity's question).
         self.holder = holder
-        self._nodes: dict[str, dict[str, GpuBook]] = {}
+        self._nodes: dict[str, Mapping[str, GpuBook]] = {}
         # Every reservation held, counted: a release must name one that was added.
         self._held: Counter[Reservation] = Counter()
         # Per holder, the GPUs holding its engines and how many engines each.
@@ -68,11 +70,11 @@ class Ledger:
             self.add(reservation)
 
     def add(self, reservation: Reservation) -> None:
-        books = self._nodes.setdefault(reservation.node, {})
+        books = self._nodes.get(reservation.node, _NO_BOOKS)
         book = books.get(reservation.gpu_uuid, EMPTY_BOOK)
-        books[reservation.gpu_uuid] = GpuBook(
+        self._nodes[reservation.node] = {**books, reservation.gpu_uuid: GpuBook(
             book.booked + reservation.bytes,
-            book.active + (reservation.bytes if reservation.active else 0))
+            book.active + (reservation.bytes if reservation.active else 0))}
         self._held[reservation] += 1
         self._holders.setdefault(reservation.holder, Counter())[
             (reservation.node, reservation.gpu_uuid)] += 1
@@ -95,16 +97,18 @@ class Ledger:
             del gpus[key]
             if not gpus:
                 del self._holders[reservation.holder]
-        if left != EMPTY_BOOK:
-            books[reservation.gpu_uuid] = left
+        changed = {**books, reservation.gpu_uuid: left}
+        if left == EMPTY_BOOK:
+            del changed[reservation.gpu_uuid]
+        if changed:
+            self._nodes[reservation.node] = changed
         else:
-            del books[reservation.gpu_uuid]
-            if not books:
-                del self._nodes[reservation.node]
+            del self._nodes[reservation.node]
 
-    def node(self, name: str) -> dict[str, GpuBook]:
+    def node(self, name: str) -> Mapping[str, GpuBook]:
         """The books of a node's GPUs by UUID (``holds_holder`` unset); GPUs with no reservation
-        are absent."""
+        are absent. Never changed afterwards: a new mapping replaces it when the node's
+        reservations change."""
         return self._nodes.get(name, _NO_BOOKS)
 
     def held_by(self, holder: str) -> Collection[tuple[str, str]]:
@@ -124,7 +128,7 @@ class Ledger:
         return list(self._held.elements())
 
 
-_NO_BOOKS: dict[str, GpuBook] = {}
+_NO_BOOKS: Mapping[str, GpuBook] = {}
 _NO_GPUS: Counter[tuple[str, str]] = Counter()
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 from control_plane.gpus.readings import GpuReading
 
@@ -79,6 +80,53 @@ class Verdict(NamedTuple):
                 "rule": self.rule, "detail": self.detail}
 
 
+class DeferredVerdicts(Sequence[Verdict]):
+    """Verdicts worked out when first read, then kept; equal to the tuple of them.
+
+    A placement passes over most of a busy fleet's GPUs, and explaining each (a verdict with its
+    numbers, a thousand per decision) cost more than the decision itself, while only a preview
+    reads them (issue 16). ``explain`` must read only what cannot change after the decision.
+    """
+
+    __slots__ = ("_explain", "_verdicts")
+
+    def __init__(self, explain: Callable[[], Sequence[Verdict]]) -> None:
+        self._explain: Callable[[], Sequence[Verdict]] | None = explain
+        self._verdicts: tuple[Verdict, ...] = ()
+
+    def _worked_out(self) -> tuple[Verdict, ...]:
+        if self._explain is not None:
+            # Dropping the function once called lets what it kept alive go.
+            self._verdicts, self._explain = tuple(self._explain()), None
+        return self._verdicts
+
+    @overload
+    def __getitem__(self, index: int) -> Verdict: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Verdict, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> Verdict | tuple[Verdict, ...]:
+        return self._worked_out()[index]
+
+    def __len__(self) -> int:
+        return len(self._worked_out())
+
+    def __iter__(self) -> Iterator[Verdict]:
+        return iter(self._worked_out())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, DeferredVerdicts):
+            other = other._worked_out()
+        return isinstance(other, tuple) and self._worked_out() == other
+
+    def __hash__(self) -> int:
+        return hash(self._worked_out())
+
+    def __repr__(self) -> str:
+        return repr(self._worked_out())
+
+
 @dataclass(frozen=True)
 class Placement:
     node: str
@@ -92,8 +140,9 @@ class Placement:
     # What to book, one per (engine, GPU).
     reservations: tuple[Reservation, ...]
     score: float = 0.0
-    # GPUs considered and passed over, and why: shown by the preview.
-    passed_over: tuple[Verdict, ...] = ()
+    # GPUs considered and passed over, and why: shown by the preview (a tuple, or verdicts
+    # worked out when first read).
+    passed_over: Sequence[Verdict] = ()
 
     @property
     def gpus(self) -> tuple[int, ...]:

@@ -37,7 +37,11 @@ class Scorer(Protocol):
     def description(self) -> str: ...
 
     def key(self, candidate: Candidate) -> tuple[int, int]:
-        """Lower is preferred; keys of the GPUs of a choice are summed element by element."""
+        """Lower is preferred; keys of the GPUs of a choice are summed element by element.
+
+        Among candidates of one total and one ``in_use``, monotone in ``left`` (either way):
+        placement finds a node's least key at one end of its GPUs ordered by load, and skips
+        the nodes whose least cannot win."""
         ...
 
     def node_key(self, empty_left: int) -> int:

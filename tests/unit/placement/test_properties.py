@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from control_plane.gpus.readings import GpuHealth, GpuReading
-from control_plane.placement.accounting import Ledger
-from control_plane.placement.filters import RULE_NAMES
+from control_plane.placement.accounting import Ledger, engine_fit, foreign_bytes
+from control_plane.placement.filters import GPU_FILTERS, NODE_FILTERS, RULE_NAMES
 from control_plane.placement.model import (
     Device,
     NodeView,
@@ -23,6 +23,7 @@ from control_plane.placement.model import (
     Strategy,
 )
 from control_plane.placement.place import place, place_on_fleet
+from control_plane.placement.scorers import SCORERS, Candidate, best_choice, choose_on_node
 from control_plane.placement.state import FleetState
 
 from .fleet import GIB
@@ -153,6 +154,43 @@ def test_placement_is_deterministic_whatever_the_input_order(
     shuffler.shuffle(shuffled_views)  # type: ignore[attr-defined]
     shuffler.shuffle(shuffled_reservations)  # type: ignore[attr-defined]
     assert place(request, shuffled_views, shuffled_reservations) == first
+
+
+@PROPERTY
+@given(fleets(), requests())
+def test_placement_is_the_best_choice_among_gpus_passing_every_rule(
+        fleet: tuple[list[NodeView], list[Reservation]], request: PlacementRequest) -> None:
+    # place() bisects each node's GPUs by load and skips the nodes whose best cannot win; every
+    # GPU checked against every rule and every node scored must give the same placement.
+    views, reservations = fleet
+    if request.device is Device.CPU:
+        return
+    ledger = Ledger(reservations, holder=request.holder)
+    choices = []
+    for view in sorted(views, key=lambda view: view.name):
+        if any(rule.check(request, view) is not None for rule in NODE_FILTERS):
+            continue
+        candidates = []
+        for gpu in view.gpus:
+            book = ledger.book(view.name, gpu.uuid)
+            if any(rule.check(request, view, gpu, book) is not None for rule in GPU_FILTERS):
+                continue
+            total, used = gpu.memory_total_bytes or 0, gpu.memory_used_bytes or 0
+            booking, usable = engine_fit(request.bytes_per_gpu, request.headroom_fraction, total)
+            candidates.append(Candidate(gpu.index, total, usable - book.booked
+                                        - foreign_bytes(used, book) - booking, book.booked > 0))
+        choice = choose_on_node(view.name, candidates,
+                                tensor_parallel_size=request.tensor_parallel_size,
+                                replicas=request.replicas, scorer=SCORERS[request.strategy])
+        if choice is not None:
+            choices.append(choice)
+    best = best_choice(choices)
+    result = place(request, views, reservations)
+    if best is None:
+        assert isinstance(result, Refusal)
+    else:
+        assert isinstance(result, Placement)
+        assert (result.node, result.engines) == (best.node, best.engines)
 
 
 @st.composite

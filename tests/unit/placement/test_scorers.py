@@ -109,3 +109,14 @@ def test_best_fit_opens_the_tightest_gpu_it_fills_else_the_largest(
         candidates: list[Candidate], expected: int) -> None:
     best = min(candidates, key=lambda c: (BestFit().key(c), c.gpu_index))
     assert best.gpu_index == expected
+
+
+@pytest.mark.parametrize("scorer", list(SCORERS.values()), ids=lambda scorer: scorer.name)
+@pytest.mark.parametrize("in_use", [False, True])
+@pytest.mark.parametrize("total", [24, 80, 141])
+def test_keys_are_monotone_in_what_a_gpu_keeps(scorer: BestFit | Spread, in_use: bool,
+                                               total: int) -> None:
+    # Placement looks for a node's least key at the two ends of its GPUs ordered by load only.
+    keys = [scorer.key(Candidate(0, total * GIB, left * GIB // 4, in_use=in_use))
+            for left in range(4 * total + 1)]
+    assert keys in (sorted(keys), sorted(keys, reverse=True))

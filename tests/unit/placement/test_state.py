@@ -9,7 +9,7 @@ import pytest
 from control_plane.gpus.readings import GpuHealth
 from control_plane.placement.accounting import EMPTY_BOOK, GpuBook, Ledger
 from control_plane.placement.filters import READING_GPU_FILTERS
-from control_plane.placement.model import Placement
+from control_plane.placement.model import Placement, Verdict
 from control_plane.placement.place import place, place_on_fleet
 from control_plane.placement.state import FleetState
 
@@ -79,3 +79,19 @@ def test_reading_rules_read_neither_the_request_nor_the_bookings(reading_filter:
                    for asked in (request(1), request(70, tp=2, holder="x/y@a:v1"))
                    for book in (EMPTY_BOOK, GpuBook(gib(79), gib(10), holds_holder=True))}
         assert len(answers) == 1
+
+
+def test_passed_over_says_what_the_decision_saw_whenever_it_is_read() -> None:
+    # The verdicts are worked out when first read: bookings made since must not change them.
+    views, reservations = [node("a", [80, 80])], [booked("a", 0, 70)]
+    state = FleetState(views, reservations)
+    placement = place_on_fleet(request(20), state)
+    assert isinstance(placement, Placement) and placement.engines == ((1,),)
+    state.book(placement.reservations)
+    state.release(reservations)
+    state.set_node(node("a", [80, 80], used=[0, 60]))
+    assert placement.passed_over == (Verdict(
+        "a", "fits-memory", "needs 20.0 GiB, 6.0 GiB bookable: 80.0 GiB total - 4.0 GiB "
+        "headroom - 70.0 GiB booked - 0.0 GiB used by others", 0, "GPU-a-0"),)
+    assert placement == place(request(20), views, reservations)
+    assert len(placement.passed_over) == 1 and placement.passed_over[0].gpu_index == 0

@@ -23,7 +23,9 @@ policy keeping headroom can beat; and the L2 bin-packing bound of the engines' p
 with headroom, which also counts that two shares over half a GPU never share one. After every
 event the reservations are summed per GPU, independently of the policies, and a GPU booked beyond
 its memory is counted as an over-commit. Decision times are the policy call alone (wall clock,
-and the CPU time of the same calls, which other processes on the machine do not inflate).
+and the CPU time of the same calls, which other processes on the machine do not inflate); a
+placement's verdicts on the GPUs it passed over are worked out when first read (a preview reads
+them, this benchmark does not), which costs about 1.5 ms of CPU more at the median.
 
     make bench-placement        (or: .venv/bin/python -m bench.placement --versions 5000)
 """

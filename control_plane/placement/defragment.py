@@ -107,8 +107,7 @@ class _Scratch:
         # Per node, its GPUs that may take an engine (readable, healthy, not excluded).
         self.targets: dict[str, list[_Gpu]] = {}
         for view in fleet.nodes:
-            # The reading rules never read the request: any fills the signature.
-            verdicts = fleet.reading_verdicts(view, _ANY_REQUEST) if view.error is None else \
+            verdicts = fleet.reading_verdicts(view) if view.error is None else \
                 (("inventory-readable", view.error),) * len(view.gpus)
             books = fleet.ledger.node(view.name)
             for reading, verdict in zip(view.gpus, verdicts, strict=True):
@@ -217,9 +216,6 @@ class _Scratch:
         if gpu is not None:
             gpu.booked -= reservation.bytes
             gpu.holders.discard(reservation.holder)
-
-
-_ANY_REQUEST = PlacementRequest(holder="", device=Device.GPU, bytes_per_gpu=1)
 
 
 def _target(request: PlacementRequest, *, node: str, gpus: list[_Gpu]) -> Placement:

@@ -44,6 +44,7 @@ from control_plane.operations.routes import router as operations_router
 from control_plane.operations.runner import OperationRunner
 from control_plane.promotions.driver import PromotionDriver
 from control_plane.promotions.routes import router as promotions_router
+from control_plane.read_cache import ChangeListener, ReadCache, watch_local_writes
 from control_plane.registry import validation
 from control_plane.registry.routes import router as registry_router
 from control_plane.reservations.placer import Placer
@@ -118,6 +119,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     engine = engine or make_engine(settings.database_url)
 
     session_factory = make_session_factory(engine)
+    read_cache = ReadCache()
+    change_listener = ChangeListener(settings.database_url, read_cache)
     metrics = ControlPlaneMetrics()
     runner = OperationRunner(session_factory, metrics=metrics,
                              lease_s=settings.operation_lease_seconds)
@@ -174,6 +177,9 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         # Every process claims operations and adopts promotions; the database decides who runs
         # which (claims with leases, a lock per promotion), so API workers and replicas can be
         # added freely.
+        if settings.read_cache:
+            unwatch = watch_local_writes(engine, read_cache)
+            change_listener.start()
         runner.start()
         promotion_driver.start()
         # One monitor however many servers run this app (tests open several clients on one).
@@ -206,6 +212,9 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             webhook_sender.stop()
         promotion_driver.shutdown()
         runner.shutdown()
+        if settings.read_cache:
+            change_listener.stop()
+            unwatch()
         if owns_engine:
             engine.dispose()
 
@@ -216,6 +225,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                                                deployments.check_node_removable)
     app.state.metrics = metrics
     app.state.session_factory = session_factory
+    app.state.read_cache = read_cache
     app.state.operation_runner = runner
     app.state.promotion_driver = promotion_driver
     app.state.reconciler = reconciler

@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     node_parallel_loads: int = Field(
         default=4, ge=1, le=64, description="loads the reconciler runs at once on one node when "
         "it heals (a node that restarted empty gets every model back side by side)")
+    read_cache: bool = Field(
+        default=True, description="keep the hottest reads (token checks, model versions) in "
+        "memory, emptied on PostgreSQL's change notifications (no effect on SQLite)")
     reconciler_enabled: bool = Field(
         default=True, description="false: this replica serves the API but never drives Triton")
     gpu_headroom_fraction: float = Field(

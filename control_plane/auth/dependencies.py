@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
 
+from control_plane.auth.repository import TokenRepository
 from control_plane.auth.scopes import Actor, Scope
-from control_plane.auth.tokens import authenticate
+from control_plane.auth.tokens import hash_secret
 from control_plane.db import transaction
-from control_plane.dependencies import DbSession, request_id
+from control_plane.dependencies import request_id
 from control_plane.errors import Forbidden, Unauthorized
+from control_plane.read_cache import TOKENS, ReadCache
 
 # auto_error=False: a missing header is reported in our error shape, not FastAPI's.
 _bearer = HTTPBearer(auto_error=False,
@@ -21,33 +24,43 @@ _bearer = HTTPBearer(auto_error=False,
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
-def _authorize(session: Session, request: Request, credentials: HTTPAuthorizationCredentials | None,
-               required: Scope) -> Actor:
+def _token_by_hash(factory: sessionmaker[Session], secret_hash: str) -> tuple[str, str] | None:
+    with transaction(factory, read_only=True) as session:
+        return TokenRepository(session).name_and_scope_by_hash(secret_hash)
+
+
+async def _authorize(request: Request, credentials: HTTPAuthorizationCredentials | None,
+                     required: Scope) -> Actor:
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Unauthorized("missing API token: send 'Authorization: Bearer <token>'")
-    actor = authenticate(session, credentials.credentials, request_id(request))
+    # A token found in the read cache costs no thread and no query; the cache forgets every token
+    # as soon as any is created or revoked, by whatever process (see read_cache).
+    cache: ReadCache = request.app.state.read_cache
+    key = ("token", hash_secret(credentials.credentials))
+    token: tuple[str, str] | None = cache.get(TOKENS, key)
+    if token is None:
+        generation = cache.generation(TOKENS)
+        # In a transaction of its own, ended before the endpoint runs: endpoints that wait (long
+        # polls) or read files first (registration) hold no connection meanwhile.
+        token = await run_in_threadpool(_token_by_hash, request.app.state.session_factory,
+                                        key[1])
+        if token is None:
+            raise Unauthorized("the API token is not valid; create one with "
+                               "'llm-control-plane tokens create'")
+        cache.put(TOKENS, key, token, generation)
+    name, scope = token
+    actor = Actor(name=name, scope=Scope(scope), request_id=request_id(request))
     if not actor.scope.includes(required):
         raise Forbidden(f"token '{actor.name}' has scope '{actor.scope}'; this call needs "
                         f"'{required}'")
     return actor
 
 
-def require_scope(required: Scope) -> Callable[..., Actor]:
+def require_scope(required: Scope) -> Callable[..., Awaitable[Actor]]:
     """A dependency that admits callers whose token scope includes ``required``."""
 
-    def dependency(request: Request, session: DbSession, credentials: Credentials) -> Actor:
-        return _authorize(session, request, credentials, required)
-
-    return dependency
-
-
-def require_scope_briefly(required: Scope) -> Callable[..., Actor]:
-    """As ``require_scope``, in a transaction of its own that ends before the endpoint runs: for
-    endpoints that wait (long polls), which must hold no connection while they do."""
-
-    def dependency(request: Request, credentials: Credentials) -> Actor:
-        with transaction(request.app.state.session_factory, read_only=True) as session:
-            return _authorize(session, request, credentials, required)
+    async def dependency(request: Request, credentials: Credentials) -> Actor:
+        return await _authorize(request, credentials, required)
 
     return dependency
 
@@ -57,6 +70,3 @@ Reporter = Annotated[Actor, Depends(require_scope(Scope.REPORT))]
 NodeAgent = Annotated[Actor, Depends(require_scope(Scope.NODE))]
 Writer = Annotated[Actor, Depends(require_scope(Scope.WRITE))]
 Admin = Annotated[Actor, Depends(require_scope(Scope.ADMIN))]
-WaitingReader = Annotated[Actor, Depends(require_scope_briefly(Scope.READ))]
-# For routes that read or hash files before their transaction (registering a version).
-BriefWriter = Annotated[Actor, Depends(require_scope_briefly(Scope.WRITE))]

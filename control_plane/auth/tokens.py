@@ -14,7 +14,7 @@ from control_plane.auth import audit
 from control_plane.auth.orm import ApiToken
 from control_plane.auth.repository import TokenRepository
 from control_plane.auth.scopes import Actor, Scope
-from control_plane.errors import Conflict, InvalidRequest, TokenNotFound, Unauthorized
+from control_plane.errors import Conflict, InvalidRequest, TokenNotFound
 
 # The prefix makes a leaked token recognisable to secret scanners and to a human.
 SECRET_PREFIX = "llmcp_"
@@ -84,7 +84,8 @@ def list_tokens(session: Session, limit: int, offset: int) -> tuple[Sequence[Api
 
 
 def revoke_token(session: Session, actor: Actor, name: str) -> None:
-    """Delete the token: every request reads its token anew, so it stops working at once."""
+    """Delete the token; it stops working at once in every process (each forgets the tokens it
+    cached when any token changes, see read_cache)."""
     repository = TokenRepository(session)
     token = repository.get_by_name(name)
     if token is None:
@@ -93,12 +94,3 @@ def revoke_token(session: Session, actor: Actor, name: str) -> None:
     repository.delete(token)
     audit.record(session, actor, "token.revoke", "token", name, before=before)
 
-
-def authenticate(session: Session, secret: str, request_id: str | None) -> Actor:
-    """The actor behind ``secret``, or Unauthorized."""
-    token = TokenRepository(session).name_and_scope_by_hash(hash_secret(secret))
-    if token is None:
-        raise Unauthorized("the API token is not valid; create one with "
-                           "'llm-control-plane tokens create'")
-    name, scope = token
-    return Actor(name=name, scope=Scope(scope), request_id=request_id)

@@ -6,9 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Depends, Path, Query, Request, Response, status
 from fastapi.responses import JSONResponse
+from sqlalchemy.orm import Session
 
 from control_plane.api_params import IfMatch, LabelFilter
-from control_plane.auth.dependencies import BriefWriter, Reader, WaitingReader, Writer
+from control_plane.auth.dependencies import Reader, Writer
+from control_plane.cached_reads import Answer, cached_json
 from control_plane.db import transaction
 from control_plane.dependencies import AppSettings, DbSession
 from control_plane.error_handlers import error_responses
@@ -17,7 +19,8 @@ from control_plane.labels import parse_label_filter
 from control_plane.operations.dependencies import Runner
 from control_plane.operations.dependencies import operation_id_of as _operation_id
 from control_plane.operations.schemas import OperationOut
-from control_plane.pagination import Limit, Offset, Page, page_response
+from control_plane.pagination import Limit, Offset, Page, page_json
+from control_plane.read_cache import REGISTRY
 from control_plane.registry import aliases, service, tokenizer, validation
 from control_plane.registry.orm import Model, ModelAlias, ModelVersion
 from control_plane.registry.schemas import (
@@ -103,7 +106,7 @@ def delete_model(name: ModelName, session: DbSession, actor: Writer, if_match: I
                         200: {"model": VersionOut,
                               "description": "dry_run: the version it would register"}})
 def register_version(name: ModelName, body: VersionCreate, request: Request,
-                     actor: BriefWriter, settings: AppSettings, config_check: ConfigCheck,
+                     actor: Writer, settings: AppSettings, config_check: ConfigCheck,
                      idempotency_key: IdempotencyKeyHeader = None,
                      dry_run: Annotated[bool, Query(
                          description="check everything registration checks and answer 200 with "
@@ -135,27 +138,37 @@ def register_version(name: ModelName, body: VersionCreate, request: Request,
 
 
 @router.get("/{name}/versions", response_model=Page[VersionOut], responses=error_responses(404))
-def list_versions(name: ModelName, session: DbSession, _: Reader, limit: Limit = 50,
-                  offset: Offset = 0) -> Response:
-    # Straight into one JSON response, see page_response().
-    versions, total = service.list_versions(session, name, limit, offset)
-    return page_response(versions, total, limit, offset)
+async def list_versions(name: ModelName, request: Request, _: Reader, limit: Limit = 50,
+                        offset: Offset = 0) -> Response:
+    # The hottest read: from the read cache, or straight into one JSON body (see page_json()).
+    def read(session: Session) -> Answer:
+        versions, total = service.list_versions(session, name, limit, offset)
+        return page_json(versions, total, limit, offset), {}
+
+    return await cached_json(request, REGISTRY, ("versions", name, limit, offset), read)
 
 
-@router.get("/{name}/versions/{number}", responses=error_responses(404))
-def get_version(name: ModelName, number: VersionNumber, response: Response, session: DbSession,
-                _: Reader) -> VersionOut:
-    return _version(response, service.get_version(session, name, number))
+@router.get("/{name}/versions/{number}", response_model=VersionOut,
+            responses=error_responses(404))
+async def get_version(name: ModelName, number: VersionNumber, request: Request, _: Reader
+                      ) -> Response:
+    # What CI polls while a version validates: from the read cache when it holds it.
+    def read(session: Session) -> Answer:
+        version = service.get_version(session, name, number)
+        return (VersionOut.of(version).model_dump_json().encode(),
+                {"ETag": service.version_etag(version)})
+
+    return await cached_json(request, REGISTRY, ("version", name, number), read)
 
 
 @router.get("/{name}/versions/{number}/tokenizer", responses=error_responses(404))
 def version_tokenizer(name: ModelName, number: VersionNumber, request: Request,
-                      _: WaitingReader, settings: AppSettings) -> TokenizerOut:
+                      _: Reader, settings: AppSettings) -> TokenizerOut:
     """The version's tokenizer.json, chat template and special tokens, from its local files:
     gateways count prompt tokens with them as the backend does. 404 TokenizerUnavailable says
     why there are none to serve (a remote source, no tokenizer.json, a file too large); a
     gateway then counts by bytes."""
-    # The caller's token is checked in a transaction that ends before this runs (WaitingReader),
+    # The caller's token is checked (Reader) in a transaction that ends before this runs,
     # and the version is read in one of its own: megabytes are read from disk with none open.
     return TokenizerOut.of(tokenizer.read_version_tokenizer(
         request.app.state.session_factory, name, number, settings.source_roots,

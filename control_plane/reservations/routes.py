@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query, Request
 from google.protobuf import json_format
 
-from control_plane.auth.dependencies import WaitingReader
+from control_plane.auth.dependencies import Reader
 from control_plane.db import transaction
 from control_plane.error_handlers import error_responses
 from control_plane.gpus.monitor import GpuMonitor
@@ -68,7 +68,7 @@ def _placement(placement: Placement, simulated: bool) -> PlacementOut:
 
 
 @router.post("/placements/preview", responses=error_responses(404))
-def preview_placement(body: PreviewRequest, request: Request, _: WaitingReader,
+def preview_placement(body: PreviewRequest, request: Request, _: Reader,
                       placer: PlacerDep, monitor: MonitorDep) -> PreviewOut:
     """Where a version would run now, decided from the latest readings and every booking, and
     why each GPU passed over was; nothing is booked or loaded."""
@@ -92,7 +92,7 @@ def preview_placement(body: PreviewRequest, request: Request, _: WaitingReader,
 
 
 @router.get("/nodes/{node}/gpus", responses=error_responses(404))
-def node_gpus(node: Name, request: Request, _: WaitingReader, placer: PlacerDep,
+def node_gpus(node: Name, request: Request, _: Reader, placer: PlacerDep,
               monitor: MonitorDep,
               history: Annotated[int, Query(ge=0, le=1000, description=(
                   "how many earlier readings to include, oldest first"))] = 0) -> NodeGpusOut:

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from control_plane.auth.dependencies import WaitingReader
+from control_plane.auth.dependencies import Reader
 from control_plane.error_handlers import error_responses
 from control_plane.routing import service
 from control_plane.routing.schemas import RoutingTable
@@ -23,7 +23,7 @@ WaitSeconds = Annotated[float, Query(
 
 
 @router.get("/routing")
-async def get_routing(request: Request, _: WaitingReader, after: Revision = None,
+async def get_routing(request: Request, _: Reader, after: Revision = None,
                       wait: WaitSeconds = 0) -> RoutingTable:
     """Served models with the nodes that serve them now, and tenants with their active key
     hashes. With after=<revision> and wait>0, answers once the revision differs from after, or

@@ -192,6 +192,22 @@ def _writer_queue(factory: sessionmaker[Session]) -> FairWriterQueue | None:
         return queue
 
 
+_read_only_binds: weakref.WeakKeyDictionary[Engine, Engine] = weakref.WeakKeyDictionary()
+
+
+def _read_only_bind(factory: sessionmaker[Session]) -> Engine | None:
+    """The factory's SQLite engine with the READ_ONLY promise on every connection (its BEGIN reads
+    it); None elsewhere, where nothing reads it."""
+    engine = factory.kw.get("bind")
+    if not isinstance(engine, Engine) or engine.dialect.name != "sqlite":
+        return None
+    with _writer_queues_guard:
+        bind = _read_only_binds.get(engine)
+        if bind is None:
+            bind = _read_only_binds[engine] = engine.execution_options(**{READ_ONLY: True})
+        return bind
+
+
 @contextmanager
 def transaction(factory: sessionmaker[Session], *, read_only: bool = False) -> Iterator[Session]:
     """One unit of work: commit when the block succeeds, roll back when it raises.
@@ -202,10 +218,12 @@ def transaction(factory: sessionmaker[Session], *, read_only: bool = False) -> I
     with contextlib.ExitStack() as stack:
         if queue is not None:
             stack.enter_context(queue.turn())
-        with factory() as session:
+        # The connection is taken at the first statement, not here: a request's session that held
+        # one while its token check waited for another could empty the pool with enough requests
+        # at once, each waiting for a connection another holds.
+        bind = _read_only_bind(factory) if read_only else None
+        with (factory() if bind is None else factory(bind=bind)) as session:
             try:
-                if read_only:
-                    session.connection(execution_options={READ_ONLY: True})
                 yield session
                 session.commit()
             except BaseException:

@@ -201,3 +201,16 @@ def test_the_cache_bounds_its_size() -> None:
     for key in range(10):
         cache.put(REGISTRY, key, key, cache.generation(REGISTRY))
     assert sum(cache.get(REGISTRY, key) is not None for key in range(10)) <= 3
+
+
+def test_many_reads_at_once_never_wait_on_each_others_connections(
+        client: TestClient, writer: dict[str, str], version: str) -> None:
+    # More requests at once than the pool has connections (SQLite's 15, PostgreSQL's 40): a
+    # request's session must not hold one while its token check waits for another.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=48) as pool:
+        # GET /models: a session of its own (not the read cache) beside the token check.
+        answers = list(pool.map(lambda _: client.get("/api/v1/models", headers=writer
+                                                     ).status_code, range(96)))
+    assert answers == [200] * 96

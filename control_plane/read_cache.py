@@ -8,7 +8,7 @@ keeps the latest answers and the database tells it when they may have gone stale
 - PostgreSQL only. A trigger on each cached table (migration ``d7b3e9a1c5f2``) calls
   ``pg_notify(CHANNEL)`` for every statement that changes it, from any process, replica or CLI;
   PostgreSQL delivers it when that transaction commits. ``ChangeListener`` LISTENs on a connection
-  of its own and empties the cache on every notification.
+  of its own and, on every notification, empties the parts of the cache made of that table.
 - This process's own writes empty it at once (``watch_local_writes``): a client that wrote
   through this process reads its write back, without waiting for the notification.
 - While the listener is not connected (starting, the database restarting, SQLite, which has no
@@ -17,8 +17,8 @@ keeps the latest answers and the database tells it when they may have gone stale
 - A reader notes the cache's generation before it reads the database and stores what it read
   only if no change arrived meanwhile, so an answer read before a commit is never kept after it.
 
-Invalidation is coarse (any change to a cached table empties everything): writes are rare, and a
-miss costs only what every read cost before.
+Invalidation is coarse within a part (a change to one version empties every cached version
+read): writes are rare, and a miss costs only what every read cost before.
 """
 
 from __future__ import annotations
@@ -56,12 +56,10 @@ class ReadCache:
     """Values by part and key, served only while the cache is on; a change to a table empties
     the parts made of it."""
 
-    def __init__(self, parts: dict[str, frozenset[str]] | None = None,
-                 max_entries: int = MAX_ENTRIES) -> None:
-        self._parts = CACHED_TABLES if parts is None else parts
+    def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
         self._max_entries = max_entries
-        self._entries: dict[str, dict[Hashable, Any]] = {part: {} for part in self._parts}
-        self._generations = dict.fromkeys(self._parts, 0)
+        self._entries: dict[str, dict[Hashable, Any]] = {part: {} for part in CACHED_TABLES}
+        self._generations = dict.fromkeys(CACHED_TABLES, 0)
         self._on = False
         self._lock = threading.Lock()
 
@@ -107,7 +105,7 @@ class ReadCache:
             self._on = False
 
     def _invalidate(self, tables: Collection[str] | None) -> None:
-        for part, made_of in self._parts.items():
+        for part, made_of in CACHED_TABLES.items():
             if tables is None or not made_of.isdisjoint(tables):
                 self._generations[part] += 1
                 self._entries[part].clear()

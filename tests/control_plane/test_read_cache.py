@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, create_engine, text
 
 from control_plane.auth.tokens import hash_secret
-from control_plane.read_cache import REGISTRY, TOKENS, ReadCache
+from control_plane.read_cache import CACHED_TABLES, REGISTRY, TOKENS, ReadCache
 
 VERSIONS = "/api/v1/models/m/versions"
 # Far longer than a notification takes (milliseconds); a stale answer would last forever.
@@ -214,3 +214,15 @@ def test_many_reads_at_once_never_wait_on_each_others_connections(
         answers = list(pool.map(lambda _: client.get("/api/v1/models", headers=writer
                                                      ).status_code, range(96)))
     assert answers == [200] * 96
+
+
+def test_every_cached_table_notifies_its_changes(backend: str, db: Engine) -> None:
+    # A table added to CACHED_TABLES without a migration adding its trigger would never empty
+    # the cache when another process changes it.
+    if backend == "sqlite":
+        pytest.skip("SQLite has no notifications")
+    with db.connect() as connection:
+        notifying = set(connection.execute(text(
+            "SELECT c.relname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+            "WHERE t.tgname = 'llmcp_notify_change'")).scalars())
+    assert notifying == set().union(*CACHED_TABLES.values())

@@ -6,12 +6,15 @@ bfloat16, sized by ``estimate_memory``, tensor parallelism 1 to 8 chosen so the 
 kind drawn for it, some with two replicas) arrive and leave; their lifetimes are scaled so that
 the memory asked by live versions peaks at ``--peak-demand`` of the fleet's memory.
 
-The same event stream runs four times: through the product's ``place_on_fleet()`` over a
+The same event stream runs five times: through the product's ``place_on_fleet()`` over a
 ``FleetState`` kept current as versions arrive and leave (best fit, 5% headroom, engines marked
 loaded once placed so the readings show them); the same with defragmentation (every
 ``--defragment-every`` arrivals, the moves of ``plan_defragmentation()``, at most
 ``--defragment-engines`` engines, are carried out, each booked beside what is there and checked
-to fit before its old engines are released); the same with no headroom (its packing alone); and
+to fit before its old engines are released); the same with, after each of those plans, the moves
+of a trial repack planner (``bench/placement_repack.py``: a MIP over a few neighbourhoods of
+nodes, ``--repack-rounds`` of them, ``--repack-seconds`` each); the same with no headroom (its
+packing alone); and
 a naive first fit written here (nodes and GPUs shuffled once, the first GPUs with room, no
 headroom). At a few sampled arrivals, the versions live in our runs with and without moves are
 also placed offline all at once by a MIP solved with HiGHS (``bench/placement_optimum.py``): the
@@ -45,6 +48,7 @@ import highspy
 
 from bench.common import percentile, print_table, write_results
 from bench.placement_optimum import NodeKind, Shape, solve
+from bench.placement_repack import RepackSettings, plan_repack
 from bench.placement_stream import (
     GPUS_PER_NODE,
     HEADROOM,
@@ -57,13 +61,14 @@ from bench.placement_stream import (
     Decided,
     Fleet,
     Live,
+    Repacked,
     Run,
     Version,
     make_versions,
     simulate,
 )
 from control_plane.placement.accounting import booking_bytes, usable_bytes, utilization_for
-from control_plane.placement.defragment import MoveBudget, plan_defragmentation
+from control_plane.placement.defragment import Move, MoveBudget, plan_defragmentation
 from control_plane.placement.model import (
     Placement,
     PlacementRequest,
@@ -82,6 +87,9 @@ class Defragmenting:
     # Arrival (modulo ``every``) after which the plans run: mid-period puts the snapshots, at
     # multiples of a quarter of the stream, halfway between two plans rather than just after one.
     offset: int = 0
+    # After each plan of ``plan_defragmentation()``, the moves of a repack (a trial planner with
+    # a MIP, ``bench/placement_repack.py``) as well.
+    repack: RepackSettings | None = None
 
 
 def run_ours(versions: list[Version], headroom: float = HEADROOM,
@@ -131,13 +139,8 @@ def run_ours(versions: list[Version], headroom: float = HEADROOM,
         refresh(reservations[0].node)
         del requests[version.request.holder], numbers[version.request.holder]
 
-    def defragment(run: Run, arrival: int, live: Live) -> None:
-        if defragmenting is None or arrival % defragmenting.every != defragmenting.offset:
-            return
-        started = time.perf_counter()
-        plan = plan_defragmentation(state, requests, defragmenting.budget)
-        run.planning_s.append(time.perf_counter() - started)
-        for move in plan.moves:
+    def carry_out(run: Run, moves: tuple[Move, ...], live: Live) -> None:
+        for move in moves:
             # Make-before-break, checked with the bench's own sums: the target must fit beside
             # what is booked now, less the headroom, before the old engines are released.
             target = move.target
@@ -156,14 +159,35 @@ def run_ours(versions: list[Version], headroom: float = HEADROOM,
                 refresh(node)
             number = numbers[move.holder]
             live[number] = (loaded, fleet.kind_of[target.node], live[number][2])
+
+    def defragment(run: Run, arrival: int, live: Live) -> None:
+        if defragmenting is None or arrival % defragmenting.every != defragmenting.offset:
+            return
+        started = time.perf_counter()
+        plan = plan_defragmentation(state, requests, defragmenting.budget)
+        run.planning_s.append(time.perf_counter() - started)
+        carry_out(run, plan.moves, live)
         run.plans += 1
         run.moves += len(plan.moves)
         run.engines_moved += plan.engines
         run.bytes_moved += plan.bytes
         run.gpus_freed += plan.gpus_in_use_before - plan.gpus_in_use_after
+        if defragmenting.repack is None:
+            return
+        started = time.perf_counter()
+        repacked = plan_repack(state, requests, defragmenting.repack, turn=run.repack.plans,
+                               stats=run.repack.solver)
+        run.repack.planning_s.append(time.perf_counter() - started)
+        carry_out(run, repacked.moves, live)
+        run.repack.plans += 1
+        run.repack.moves += len(repacked.moves)
+        run.repack.engines_moved += repacked.engines
+        run.repack.bytes_moved += repacked.bytes
+        run.repack.gpus_freed += repacked.gpus_in_use_before - repacked.gpus_in_use_after
 
     policy = f"place() best fit, headroom {headroom:g}" + (
-        ", defragmented" if defragmenting is not None else "")
+        "" if defragmenting is None else ", defragmented" if defragmenting.repack is None
+        else ", defragmented and repacked")
     return simulate(policy, versions, fleet, decide, leave, snapshot_at,
                     after_arrival=defragment if defragmenting is not None else None)
 
@@ -210,6 +234,10 @@ def run_first_fit(versions: list[Version]) -> Run:
 # Arrivals at which the offline optimum is computed, as fractions of the stream: ramp-up, the
 # busy middle (peak demand is near 0.5) and ramp-down.
 SNAPSHOTS = (0.25, 0.5, 0.75)
+
+
+# The run with the trial repack planner (bench/placement_repack.py) after each defragmentation.
+REPACKED = "place() best fit, defragmented and repacked"
 
 
 def snapshot_arrivals(count: int) -> frozenset[int]:
@@ -344,7 +372,23 @@ def summary(run: Run) -> dict[str, Any]:
             "moves_infeasible": run.moves_infeasible,
             "plan_ms_p50": percentile(run.planning_s, 0.50) * 1000,
             "plan_ms_max": max(run.planning_s) * 1000}} if run.plans else {}),
+        **({"repack": _repack_summary(run.repack, len(run.in_use))} if run.repack.plans else {}),
     }
+
+
+def _repack_summary(repack: Repacked, arrivals: int) -> dict[str, Any]:
+    solver = repack.solver
+    return {
+        "plans": repack.plans, "moves": repack.moves, "engines_moved": repack.engines_moved,
+        "engines_moved_per_arrival": repack.engines_moved / arrivals,
+        "bytes_moved": repack.bytes_moved, "gpus_freed": repack.gpus_freed,
+        "plan_ms_p50": percentile(repack.planning_s, 0.50) * 1000,
+        "plan_ms_max": max(repack.planning_s) * 1000,
+        "neighbourhoods": solver.rounds, "neighbourhoods_improved": solver.improved,
+        "moves_dropped_unordered": solver.moves_dropped,
+        "columns_p50": percentile([float(c) for c in solver.columns], 0.50) if solver.columns
+        else 0, "solver_ms_p50": percentile(solver.solver_s, 0.50) * 1000
+        if solver.solver_s else 0}
 
 
 def _goal(goal: str, measured: float, met: bool | None) -> dict[str, Any]:
@@ -382,6 +426,10 @@ def main() -> None:
                         help="arrivals between two defragmentation plans")
     parser.add_argument("--defragment-engines", type=int, default=50,
                         help="engines one plan may move at most")
+    parser.add_argument("--repack-rounds", type=int, default=3,
+                        help="neighbourhoods one repack plan solves (0: no repacked run)")
+    parser.add_argument("--repack-seconds", type=float, default=2.0,
+                        help="time limit of the MIP of one neighbourhood")
     args = parser.parse_args()
     load_before = os.getloadavg()
     fleet_bytes = sum(total * nodes * GPUS_PER_NODE for _, total, nodes in NODE_KINDS)
@@ -393,13 +441,20 @@ def main() -> None:
     defragmenting = Defragmenting(args.defragment_every, MoveBudget(args.defragment_engines),
                                   offset=args.defragment_every // 2)
     moved_run = run_ours(versions, snapshot_at=snapshot_at, defragmenting=defragmenting)
+    repacking = replace(defragmenting, repack=RepackSettings(rounds=args.repack_rounds,
+                                                             seconds=args.repack_seconds))
+    repacked_run = run_ours(versions, snapshot_at=snapshot_at, defragmenting=repacking) \
+        if args.repack_rounds else None
     first_fit_run = run_first_fit(versions)
     runs = {"place() best fit": summary(ours_run),
             "place() best fit, defragmented": summary(moved_run),
+            **({REPACKED: summary(repacked_run)} if repacked_run is not None else {}),
             "place(), no headroom": summary(run_ours(versions, headroom=0.0)),
             "naive first fit": summary(first_fit_run)}
     snapshots = {"place() best fit": optimum(ours_run, args.solver_seconds),
-                 "place() best fit, defragmented": optimum(moved_run, args.solver_seconds)}
+                 "place() best fit, defragmented": optimum(moved_run, args.solver_seconds),
+                 **({REPACKED: optimum(repacked_run, args.solver_seconds)}
+                    if repacked_run is not None else {})}
     print_table(
         "Decisions on 125 nodes x 8 GPUs (time of the policy call alone; CPU time of the same calls)",
         ["policy", "placed", "refused", "over-commits", "p50 ms", "p99 ms", "max ms",
@@ -424,6 +479,28 @@ def main() -> None:
         [[moved["plans"], moved["moves"], moved["engines_moved"], moved["bytes_moved"] / 2**40,
           moved["gpus_freed"], moved["moves_infeasible"], moved["plan_ms_p50"],
           moved["plan_ms_max"]]])
+    if REPACKED in runs:
+        both = runs[REPACKED]
+        repacked = both["repack"]
+        print_table(
+            f"Defragmented and repacked: after each plan, a repack of {args.repack_rounds} "
+            f"neighbourhoods, {args.repack_seconds:g} s each (bench/placement_repack.py)",
+            ["planner", "moves", "engines moved", "per arrival", "TiB loaded again",
+             "GPUs freed", "plan ms p50", "plan ms max"],
+            [["defragment", both["defragmentation"]["moves"],
+              both["defragmentation"]["engines_moved"],
+              both["defragmentation"]["engines_moved"] / args.versions,
+              both["defragmentation"]["bytes_moved"] / 2**40,
+              both["defragmentation"]["gpus_freed"], both["defragmentation"]["plan_ms_p50"],
+              both["defragmentation"]["plan_ms_max"]],
+             ["repack", repacked["moves"], repacked["engines_moved"],
+              repacked["engines_moved_per_arrival"], repacked["bytes_moved"] / 2**40,
+              repacked["gpus_freed"], repacked["plan_ms_p50"], repacked["plan_ms_max"]]])
+        print(f"repack: {repacked['neighbourhoods_improved']} of {repacked['neighbourhoods']} "
+              f"neighbourhoods improved, {repacked['moves_dropped_unordered']} moves dropped "
+              f"unordered, {repacked['columns_p50']:.0f} columns at p50; moves that did not "
+              f"fit at their turn (both planners) {both['defragmentation']['moves_infeasible']}, "
+              f"over-commits {both['over_commits']}", flush=True)
     for rows in snapshots.values():
         for row in rows:
             row["first_fit_gpus"] = first_fit_run.in_use[row["arrival"]]
@@ -444,6 +521,12 @@ def main() -> None:
                          "engines_moved": moved["engines_moved"],
                          "bytes_moved": moved["bytes_moved"]},
         "no_moves": _against_optimum(ours, snapshots["place() best fit"], first_fit),
+        **({"defragmented_and_repacked": {
+            **_against_optimum(runs[REPACKED], snapshots[REPACKED], first_fit),
+            "engines_moved": runs[REPACKED]["defragmentation"]["engines_moved"]
+            + runs[REPACKED]["repack"]["engines_moved"],
+            "bytes_moved": runs[REPACKED]["defragmentation"]["bytes_moved"]
+            + runs[REPACKED]["repack"]["bytes_moved"]}} if REPACKED in runs else {}),
         "first_fit": {"gpus_in_use_mean": first_fit["gpus_in_use_mean"],
                       "refused": first_fit["refused"]},
         "decision_ms_p50": ours["decision_ms_p50"], "decision_ms_p99": ours["decision_ms_p99"],
@@ -472,7 +555,10 @@ def main() -> None:
                 [[g["goal"], g["measured"],
                   {True: "met", False: "NOT met", None: "undecided"}[g["met"]]]
                  for g in goals.values()])
-    for name, figures in (("no moves", headline["no_moves"]), ("defragmented", defragmented)):
+    for name, figures in (("no moves", headline["no_moves"]), ("defragmented", defragmented),
+                          *((("defragmented and repacked",
+                              headline["defragmented_and_repacked"]),)
+                            if REPACKED in runs else ())):
         print(f"{name}: ratio to optimum {figures['ratio_to_optimum']['against_bound']:.3f} "
               f"against the bound, {figures['ratio_to_optimum']['against_incumbent']:.3f} "
               f"against the incumbent; to first fit {figures['ratio_to_first_fit']:.3f}")
@@ -487,12 +573,18 @@ def main() -> None:
                    "mean_lifetime": scale, "span": SPAN,
                    "defragmentation": {"every_arrivals": defragmenting.every,
                                        "after_arrival_modulo": defragmenting.offset,
-                                       "max_engines_moved": args.defragment_engines}},
+                                       "max_engines_moved": args.defragment_engines},
+                   "repack": {"rounds": args.repack_rounds, "seconds": args.repack_seconds,
+                              "sources": RepackSettings.sources,
+                              "rooms": RepackSettings.rooms,
+                              "move_cost_gpus_per_engine": RepackSettings.move_cost}},
         # Decision times are wall clock: other processes on the machine inflate them.
         "load_average": {"before": load_before, "after": os.getloadavg()},
         "headline": headline,
         "runs": {"ours_best_fit": ours,
                  "ours_best_fit_defragmented": runs["place() best fit, defragmented"],
+                 **({"ours_best_fit_defragmented_and_repacked": runs[REPACKED]}
+                    if REPACKED in runs else {}),
                  "ours_best_fit_no_headroom": runs["place(), no headroom"],
                  "naive_first_fit": first_fit},
         "optimum": {"solver": f"HiGHS {highspy.Highs().version()} (highspy), one thread",
@@ -500,7 +592,9 @@ def main() -> None:
                     "how": "bench/placement_optimum.py: every version live at the snapshot "
                            "placed at once, any node of any kind, the product's rules",
                     "snapshots": snapshots["place() best fit"],
-                    "snapshots_defragmented": snapshots["place() best fit, defragmented"]},
+                    "snapshots_defragmented": snapshots["place() best fit, defragmented"],
+                    **({"snapshots_defragmented_and_repacked": snapshots[REPACKED]}
+                       if REPACKED in runs else {})},
         "goals": goals,
     })
 

@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from bench.placement_repack import RepackStats
 from control_plane.gpus.readings import GpuReading
 from control_plane.placement.estimate import ModelProfile, estimate_memory
 from control_plane.placement.model import Device, NodeView, PlacementRequest, Reservation
@@ -48,6 +49,19 @@ class Version:
 
 
 @dataclass
+class Repacked:
+    """The repack plans carried out in a run, what they moved, and the solver's figures."""
+
+    plans: int = 0
+    moves: int = 0
+    engines_moved: int = 0
+    bytes_moved: int = 0
+    gpus_freed: int = 0
+    planning_s: list[float] = field(default_factory=list)
+    solver: RepackStats = field(default_factory=RepackStats)
+
+
+@dataclass
 class Run:
     """One policy over the event stream: what it decided and what was sampled at each arrival."""
 
@@ -77,6 +91,8 @@ class Run:
     # Moves whose target did not fit beside what was booked when they ran (never expected).
     moves_infeasible: int = 0
     planning_s: list[float] = field(default_factory=list)
+    # With repacking as well: the same, for the repack plans alone.
+    repack: Repacked = field(default_factory=Repacked)
 
 
 @dataclass

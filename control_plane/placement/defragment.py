@@ -25,7 +25,7 @@ Pure: it reads a ``FleetState`` and the requests its holders were placed with, a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from control_plane.placement.accounting import booking_bytes, engine_fit, utilization_for
@@ -180,7 +180,10 @@ class _Scratch:
                     best = rank, [item[2] for item in chosen]
         if best is None:
             return None
-        target = _target(request, node=best[1][0].key[0], gpus=best[1])
+        chosen_gpus = best[1]
+        target = placement_on(request, node=chosen_gpus[0].key[0],
+                              gpus=[(gpu.index, gpu.key[1]) for gpu in chosen_gpus],
+                              total=min(gpu.total for gpu in chosen_gpus))
         for reservation in target.reservations:
             self._add(reservation)
         for reservation in current:
@@ -218,18 +221,20 @@ class _Scratch:
             gpu.holders.discard(reservation.holder)
 
 
-def _target(request: PlacementRequest, *, node: str, gpus: list[_Gpu]) -> Placement:
-    """The placement a move loads its engines into, booked as ``place()`` books one."""
-    total = min(gpu.total for gpu in gpus)
+def placement_on(request: PlacementRequest, *, node: str, gpus: Sequence[tuple[int, str]],
+                 total: int) -> Placement:
+    """``request``'s engines on ``gpus`` (index, UUID) of ``node``, each of ``total`` bytes, booked
+    as ``place()`` books them: the placement a move loads its engines into."""
     utilization = utilization_for(request.bytes_per_gpu, total)
+    booking = booking_bytes(utilization, total)
     tp = request.tensor_parallel_size
     return Placement(
         node=node, device=Device.GPU,
-        engines=tuple(tuple(gpu.index for gpu in gpus[i:i + tp]) for i in range(0, len(gpus), tp)),
+        engines=tuple(tuple(index for index, _ in gpus[i:i + tp])
+                      for i in range(0, len(gpus), tp)),
         tensor_parallel_size=tp, gpu_memory_utilization=utilization,
-        reservations=tuple(Reservation(node=node, gpu_uuid=gpu.key[1],
-                                       bytes=booking_bytes(utilization, gpu.total),
-                                       holder=request.holder) for gpu in gpus))
+        reservations=tuple(Reservation(node=node, gpu_uuid=uuid, bytes=booking,
+                                       holder=request.holder) for _, uuid in gpus))
 
 
 def plan_defragmentation(fleet: FleetState, requests: Mapping[str, PlacementRequest],

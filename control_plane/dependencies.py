@@ -22,7 +22,9 @@ def _session(request: Request) -> Iterator[Session]:
         yield session
 
 
-def _settings(request: Request) -> Settings:
+# Dependencies that only read app.state are coroutines: FastAPI runs a plain function in its
+# thread pool, a hop that cost more than the lookup (two per registration).
+async def _settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from control_plane.operations.runner import OperationRunner
 
 
-def _runner(request: Request) -> OperationRunner:
+async def _runner(request: Request) -> OperationRunner:
     runner: OperationRunner = request.app.state.operation_runner
     return runner
 

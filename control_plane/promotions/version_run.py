@@ -70,10 +70,9 @@ class VersionRun(PromotionRun):
         with self._tx() as session:
             promotion = self._get(session)
             if promotion.version is None and create is not None:
-                version = registry.register_version(
+                promotion.version = registry.register_version(
                     session, self.actor, self.model, create, self.driver.source_roots,
-                    config_builder.check, inspected=inspected)
-                promotion.version = version.number
+                    config_builder.check, inspected=inspected).number
             # Without a version a promotion carries a manifest, registered just above.
             assert promotion.version is not None, "a promotion names a version or a manifest"
             version = registry.get_version(session, self.model, promotion.version)

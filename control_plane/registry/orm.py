@@ -30,6 +30,9 @@ class Model(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # Bumped by every UPDATE, which also requires the old value: the ETag, and optimistic locking.
     revision: Mapped[int] = mapped_column(Integer)
+    # The number given to the newest version; registration increments it (never the ORM, so the
+    # model's revision, its ETag, stays).
+    last_version_number: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     __mapper_args__: Mapping[str, Any] = {"version_id_col": revision}
 

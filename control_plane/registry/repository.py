@@ -8,11 +8,27 @@ from datetime import datetime
 from typing import Any
 
 from pydantic_core import from_json
-from sqlalchemy import Dialect, Row, Text, bindparam, cast, func, select, update
+from sqlalchemy import (
+    JSON,
+    Dialect,
+    Row,
+    Text,
+    bindparam,
+    cast,
+    func,
+    insert,
+    literal,
+    literal_column,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session, joinedload
 from sqlalchemy.orm.exc import StaleDataError
+from sqlalchemy.sql.dml import ReturningInsert
 from sqlalchemy.types import TypeDecorator
 
+from control_plane.auth import audit
 from control_plane.errors import PreconditionFailed
 from control_plane.registry.orm import AliasMove, Model, ModelAlias, ModelVersion, VersionState
 
@@ -104,14 +120,76 @@ _PAGE = (select(*_VERSION_FIELDS, _COUNT.scalar_subquery().label("total")).where
          .limit(bindparam("limit")).offset(bindparam("offset")))
 
 
+_MODELS = Model.metadata.tables[Model.__tablename__]
+_VERSIONS = ModelVersion.metadata.tables[ModelVersion.__tablename__]
+# Registration's statements (VersionRepository.add_next), built once.
+_NEXT_NUMBER = (update(_MODELS).where(_MODELS.c.name == bindparam("model_name"))
+                .values(last_version_number=_MODELS.c.last_version_number + 1)
+                .returning(_MODELS.c.id, _MODELS.c.last_version_number))
+# A new row's revision is 1, where the ORM's version counter starts. The parameters are named
+# version_<column>: SQLAlchemy makes a parameter named after a column of a table a statement
+# writes a value for that column, and models has labels and created_at too.
+_VERSION_VALUES = {column: bindparam(f"version_{column.key}", type_=column.type)
+                   for column in _VERSIONS.columns if column.key not in ("id", "revision")}
+_INSERT_VERSION = (insert(_VERSIONS).values({**_VERSION_VALUES, _VERSIONS.c.revision: 1})
+                   .returning(_VERSIONS.c.id))
+
+
+def _register_postgresql() -> ReturningInsert[tuple[int, int]]:
+    """Number, version and audit event in one statement (data-modifying WITHs)."""
+    numbered = _NEXT_NUMBER.cte("numbered")
+    number = numbered.c.last_version_number
+    event = audit.event_insert_from(
+        numbered, target=bindparam("model_name", type_=Text) + "/" + cast(number, Text),
+        after=cast(func.jsonb_set(cast(bindparam("event_after", type_=JSON), JSONB),
+                                  literal_column("'{number}'::text[]"), func.to_jsonb(number)),
+                   JSON))
+    given = {"model_id": numbered.c.id, "number": number, "revision": literal(1)}
+    columns = [column for column in _VERSIONS.columns if column.key != "id"]
+    values = select(*[given[column.key] if column.key in given else _VERSION_VALUES[column]
+                      for column in columns]).select_from(numbered)
+    # The INSERT is the statement itself: nested under another, SQLAlchemy compiled the UPDATE
+    # with the models table's INSERT defaults (it set created_at).
+    return (insert(_VERSIONS).from_select([column.key for column in columns], values)
+            .returning(_VERSIONS.c.id, _VERSIONS.c.number).add_cte(event.cte("audit_event")))
+
+
+_REGISTER_POSTGRESQL = _register_postgresql()
+
+
 class VersionRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def next_number(self, model_id: int) -> int:
-        highest = self.session.scalar(
-            select(func.max(ModelVersion.number)).where(ModelVersion.model_id == model_id))
-        return (highest or 0) + 1
+    def add_next(self, model_name: str, values: Mapping[str, Any],
+                 audit_event: Callable[[int], Mapping[str, Any]]) -> tuple[int, int] | None:
+        """Store a new version of the named model under its next number, together with the
+        audit event whose parameters ``audit_event(number)`` gives (audit.EVENT_INSERT's);
+        (the version's id, its number), or None if there is no such model.
+
+        The number comes from the model's counter, whose UPDATE locks the model's row until
+        commit: concurrent registrations of one model wait for each other from there. So it is
+        the first statement of the last two (one on PostgreSQL, the event riding in a
+        data-modifying WITH), everything else computed before the transaction."""
+        # Core on the connection, not the ORM: no unit of work, and the statements are built
+        # once (see audit.EVENT_INSERT).
+        connection = self.session.connection()
+        parameters = {f"version_{key}": value for key, value in values.items()}
+        if connection.dialect.name == "postgresql":
+            # One statement: the lock is held from it to the commit, one round trip later.
+            # The event's snapshot gets its number there (audit_event(0) stands in for it).
+            stored = connection.execute(_REGISTER_POSTGRESQL, {
+                **parameters, "model_name": model_name, **audit_event(0)}).one_or_none()
+            return None if stored is None else (stored.id, stored.number)
+        # SQLite has no INSERT or UPDATE in WITH; it has one writer at a time anyway.
+        numbered = connection.execute(_NEXT_NUMBER, {"model_name": model_name}).one_or_none()
+        if numbered is None:
+            return None
+        model_id, number = numbered
+        version_id: int = connection.execute(_INSERT_VERSION, {
+            **parameters, "version_model_id": model_id, "version_number": number}).scalar_one()
+        connection.execute(audit.EVENT_INSERT, audit_event(number))
+        return version_id, number
 
     def get(self, model_id: int, number: int) -> ModelVersion | None:
         return self.session.scalars(select(ModelVersion).options(_WITH_MODEL).where(
@@ -144,10 +222,6 @@ class VersionRepository:
         if connection.scalar(_MODEL_ID, {"model_name": model_name}) is None:
             return None
         return page, (connection.scalar(_COUNT, {"model_name": model_name}) or 0) if offset else 0
-
-    def add(self, version: ModelVersion) -> None:
-        self.session.add(version)
-        self.session.flush()
 
     def save(self, version: ModelVersion) -> None:
         with _lost_race(f"version {version.number}"):

@@ -42,7 +42,7 @@ router = APIRouter(prefix="/models", tags=["registry"],
                    responses=error_responses(401, 403, 422, 503))
 
 
-def _config_check(request: Request) -> VersionConfigCheck:
+async def _config_check(request: Request) -> VersionConfigCheck:
     # Triton's config builder, wired in by the app: the registry does not import Triton's code.
     check: VersionConfigCheck = request.app.state.version_config_check
     return check
@@ -120,19 +120,18 @@ def register_version(name: ModelName, body: VersionCreate, request: Request,
             # the same number it would get, and nothing kept (not even the audit record).
             savepoint = session.begin_nested()
             try:
-                version = service.register_version(session, actor, name, body,
-                                                   settings.source_roots, config_check,
-                                                   inspected=inspected)
-                preview = VersionOut.of(version).model_dump(mode="json")
+                preview = service.register_version(
+                    session, actor, name, body, settings.source_roots, config_check,
+                    inspected=inspected).out.model_dump(mode="json")
             finally:
                 savepoint.rollback()
             return JSONResponse(preview, status_code=200)
 
         def perform() -> tuple[VersionOut, dict[str, str]]:
-            version = service.register_version(session, actor, name, body,
-                                               settings.source_roots, config_check,
-                                               inspected=inspected)
-            return VersionOut.of(version), {"ETag": service.version_etag(version)}
+            registered = service.register_version(session, actor, name, body,
+                                                  settings.source_roots, config_check,
+                                                  inspected=inspected)
+            return registered.out, {"ETag": registered.etag}
 
         return respond_once(request, session, actor, idempotency_key, body, 201, perform)
 

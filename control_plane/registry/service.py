@@ -152,30 +152,56 @@ def inspect_version(model_name: str, data: VersionCreate, source_roots: Sequence
     return InspectedVersion(source, profile_of(source))
 
 
+@dataclass(frozen=True)
+class RegisteredVersion:
+    """A version just stored: its answer and its ETag."""
+
+    out: VersionOut
+    etag: str
+
+    @property
+    def number(self) -> int:
+        return self.out.number
+
+
 def register_version(session: Session, actor: Actor, model_name: str, data: VersionCreate,
                      source_roots: Sequence[Path], config_check: VersionConfigCheck,
                      engine_arg_names: Iterable[str] | None = None,
-                     inspected: InspectedVersion | None = None) -> ModelVersion:
+                     inspected: InspectedVersion | None = None) -> RegisteredVersion:
     """Validate and store a new version with the model's next number. Pass ``inspected``
     (``inspect_version``, called before the transaction) so no file is read inside it."""
     if inspected is None:
         inspected = inspect_version(model_name, data, source_roots, config_check,
                                     engine_arg_names)
     source = inspected.source
-    model = get_model(session, model_name, for_update=True)
-    versions = VersionRepository(session)
-    version = ModelVersion(model=model, number=versions.next_number(model.id), source=source.uri,
-                           engine_args=data.engine_args,
-                           serving=data.serving.model_dump(mode="json"),
-                           triton_config=data.triton_config,
-                           resources=data.resources.model_dump(mode="json"),
-                           gates=data.gates.model_dump(mode="json"),
-                           model_profile=inspected.profile, checksum=source.checksum,
-                           labels=data.labels, created_by=actor.name)
-    versions.add(version)
-    audit.record(session, actor, "version.register", "version", _version_target(version),
-                 after=_snapshot_version(version))
-    return version
+    now = utcnow()
+    # The row, its answer and its audit snapshot are made before the number is given: from that
+    # statement to the commit, the model's row is locked and its other registrations wait.
+    answer = VersionOut(model=model_name, number=0, source=source.uri,
+                        engine_args=data.engine_args, serving=data.serving,
+                        triton_config=data.triton_config, resources=data.resources,
+                        gates=data.gates, model_profile=inspected.profile,
+                        checksum=source.checksum, state=VersionState.REGISTERED,
+                        labels=data.labels, created_by=actor.name, created_at=now, updated_at=now)
+    snapshot = answer.model_dump(mode="json")
+    values = {"source": source.uri, "engine_args": data.engine_args,
+              "serving": snapshot["serving"], "triton_config": data.triton_config,
+              "resources": snapshot["resources"], "gates": snapshot["gates"],
+              "model_profile": inspected.profile, "checksum": source.checksum,
+              "state": VersionState.REGISTERED.value, "labels": data.labels,
+              "created_by": actor.name, "created_at": now, "updated_at": now}
+
+    def audit_event(number: int) -> dict[str, Any]:
+        return audit.event_parameters(actor, "version.register", "version",
+                                      f"{model_name}/{number}",
+                                      after={**snapshot, "number": number})
+
+    stored = VersionRepository(session).add_next(model_name, values, audit_event)
+    if stored is None:
+        raise ModelNotFound(model_name)
+    version_id, number = stored
+    # A new row's revision is 1 (the ORM's version counter starts there).
+    return RegisteredVersion(answer.model_copy(update={"number": number}), etag(version_id, 1))
 
 
 def check_resources(resources: ResourceSettings, engine_args: Mapping[str, Any]) -> None:

@@ -38,12 +38,12 @@ router = APIRouter(tags=["placement"], responses=error_responses(401, 403, 422, 
 Name = Annotated[str, Path(pattern=MODEL_NAME_PATTERN)]
 
 
-def _placer(request: Request) -> Placer:
+async def _placer(request: Request) -> Placer:
     placer: Placer = request.app.state.placer
     return placer
 
 
-def _monitor(request: Request) -> GpuMonitor:
+async def _monitor(request: Request) -> GpuMonitor:
     monitor: GpuMonitor = request.app.state.gpu_monitor
     return monitor
 

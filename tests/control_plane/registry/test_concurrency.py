@@ -73,8 +73,33 @@ def test_parallel_writes_with_the_same_etag_have_exactly_one_winner(
 
 
 def test_parallel_registrations_get_distinct_consecutive_numbers(
-        live_url: str, writer: dict[str, str], model: str) -> None:
+        live_url: str, writer: dict[str, str], admin: dict[str, str], model: str) -> None:
+    with httpx.Client(base_url=live_url) as http:
+        before = http.get(MODEL, headers=writer).json()
     responses = parallel([("POST", f"{live_url}{MODEL}/versions", writer,
                             {"source": "hf://org/m"}) for _ in range(PARALLEL)])
     assert [r.status_code for r in responses] == [201] * PARALLEL
     assert sorted(r.json()["number"] for r in responses) == list(range(1, PARALLEL + 1))
+    with httpx.Client(base_url=live_url) as http:
+        # Each answer is the version as stored, under the ETag a read of it gives.
+        for response in responses:
+            stored = http.get(f"{MODEL}/versions/{response.json()['number']}", headers=writer)
+            assert stored.json() == response.json()
+            assert stored.headers["ETag"] == response.headers["ETag"]
+        # One audit event per version, naming its number and holding what was answered.
+        events = http.get("/api/v1/audit", headers=admin,
+                          params={"action": "version.register", "limit": 50}).json()
+        assert events["total"] == PARALLEL
+        by_target = {event["target"]: event["after"] for event in events["items"]}
+        assert by_target == {f"m/{r.json()['number']}": r.json() for r in responses}
+        # Numbering does not change the model: neither its fields nor its ETag.
+        after = http.get(MODEL, headers=writer)
+        assert after.json() == before
+        assert after.headers["ETag"] == model
+        # A dry run gives the next number and keeps nothing; the next registration gets it too.
+        preview = http.post(f"{MODEL}/versions", headers=writer, params={"dry_run": "true"},
+                            json={"source": "hf://org/m"})
+        assert preview.status_code == 200
+        assert preview.json()["number"] == PARALLEL + 1
+        created = http.post(f"{MODEL}/versions", headers=writer, json={"source": "hf://org/m"})
+        assert created.json()["number"] == PARALLEL + 1

@@ -168,9 +168,10 @@ class VersionRepository:
         (the version's id, its number), or None if there is no such model.
 
         The number comes from the model's counter, whose UPDATE locks the model's row until
-        commit: concurrent registrations of one model wait for each other from there. So it is
-        the first statement of the last two (one on PostgreSQL, the event riding in a
-        data-modifying WITH), everything else computed before the transaction."""
+        commit: concurrent registrations of one model wait for each other from there. So the
+        caller computes everything before, and the counter is the last thing written: on
+        PostgreSQL counter, version and event are one statement (data-modifying WITHs), then
+        the commit; on SQLite, three statements with nothing between them."""
         # Core on the connection, not the ORM: no unit of work, and the statements are built
         # once (see audit.EVENT_INSERT).
         connection = self.session.connection()

@@ -24,16 +24,17 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
+# Plain ALTER TABLE, not a batch: SQLite (3.35+) adds and drops a column in place, while a batch
+# rebuilds the table, and dropping the old models table cascades to every version.
+
+
 def upgrade() -> None:
-    # The server default stays (the ORM declares it too): dropping it would make SQLite rebuild
-    # the table, and dropping the old models table would cascade to every version.
-    with op.batch_alter_table("models") as batch:
-        batch.add_column(sa.Column("last_version_number", sa.Integer(), nullable=False,
-                                   server_default="0"))
+    # The server default stays (the ORM declares it too): dropping it needs such a rebuild.
+    op.add_column("models", sa.Column("last_version_number", sa.Integer(), nullable=False,
+                                      server_default="0"))
     op.execute("UPDATE models SET last_version_number = COALESCE("
                "(SELECT MAX(number) FROM model_versions WHERE model_id = models.id), 0)")
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("models") as batch:
-        batch.drop_column("last_version_number")
+    op.drop_column("models", "last_version_number")

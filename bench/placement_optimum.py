@@ -75,7 +75,7 @@ class Solved:
                 "constraints": self.constraints}
 
 
-class _Model:
+class MipModel:
     """Columns and rows of the MIP, collected as sparse triplets, then passed to HiGHS at once."""
 
     def __init__(self) -> None:
@@ -130,7 +130,7 @@ def relaxation_bound(demand: Counter[Shape], kinds: Sequence[NodeKind], headroom
     share is on and keeps, per kind, the memory and the counts of shares that cannot share a GPU
     (at most one share over half a GPU on it, two over a third, three over a quarter); solved to
     optimality in well under a second, it is a bound the large MIP often does not reach."""
-    model = _Model()
+    model = MipModel()
     shapes = sorted(demand, key=lambda s: (s.gpus, s.bytes_per_gpu))
     placed: dict[Shape, list[tuple[int, float]]] = {shape: [] for shape in shapes}
     for kind in kinds:
@@ -163,7 +163,7 @@ def solve(demand: Counter[Shape], kinds: Sequence[NodeKind], headroom: float,
     GPU: the shapes' shares on it) that the solver improves on within ``time_limit`` seconds."""
     started = time.perf_counter()
     relaxation, relaxation_status = relaxation_bound(demand, kinds, headroom)
-    model = _Model()
+    model = MipModel()
     shapes = sorted(demand, key=lambda s: (s.gpus, s.bytes_per_gpu))
     used: dict[tuple[int, int, int], int] = {}      # (kind, node, gpu) -> y
     shares: dict[tuple[int, int, int, Shape], int] = {}  # (kind, node, gpu, shape) -> w
@@ -241,7 +241,7 @@ def solve(demand: Counter[Shape], kinds: Sequence[NodeKind], headroom: float,
                   constraints=len(model.rows_lower))
 
 
-def _start_values(model: _Model, kinds: Sequence[NodeKind],
+def _start_values(model: MipModel, kinds: Sequence[NodeKind],
                   start: dict[str, list[list[Counter[Shape]]]],
                   used: dict[tuple[int, int, int], int],
                   shares: dict[tuple[int, int, int, Shape], int],

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import highspy
 import numpy as np
 
+from bench.placement_optimum import MipModel
 from control_plane.placement.accounting import engine_fit, usable_bytes
 from control_plane.placement.defragment import DefragmentationPlan, Move, placement_on
 from control_plane.placement.model import Device, PlacementRequest, Reservation
@@ -192,61 +193,26 @@ def _neighbourhood(scratch: _Fleet, settings: RepackSettings, turn: int) -> list
     return chosen + empty[:1]
 
 
-class _Program:
-    """Columns (binary) and rows of the MIP as sparse triplets, with the current placement."""
+class _Program(MipModel):
+    """The MIP's columns (binary) and rows, with the current placement as its start."""
 
     def __init__(self) -> None:
-        self.cost: list[float] = []
-        self.upper: list[float] = []
+        super().__init__()
         self.start: list[float] = []
-        self.lower_rows: list[float] = []
-        self.upper_rows: list[float] = []
-        self.entries: list[tuple[int, int, float]] = []
 
-    def column(self, start: bool, cost: float = 0.0) -> int:
-        self.cost.append(cost)
-        self.upper.append(1.0)
+    def binary(self, start: bool, cost: float = 0.0) -> int:
         self.start.append(1.0 if start else 0.0)
-        return len(self.cost) - 1
-
-    def row(self, terms: Sequence[tuple[int, float]], lower: float, upper: float) -> None:
-        index = len(self.lower_rows)
-        self.lower_rows.append(lower)
-        self.upper_rows.append(upper)
-        self.entries.extend((index, column, value) for column, value in terms)
+        return self.column(1.0, cost)
 
     def solve(self, seconds: float) -> list[float] | None:
-        """The best solution found within ``seconds``, started from the current placement."""
-        columns = len(self.cost)
-        solver = highspy.Highs()
-        solver.setOptionValue("output_flag", False)
-        solver.setOptionValue("time_limit", float(seconds))
-        solver.setOptionValue("threads", 1)
-        lp = highspy.HighsLp()
-        lp.num_col_ = columns
-        lp.num_row_ = len(self.lower_rows)
-        lp.col_cost_ = np.array(self.cost, dtype=np.double)
-        lp.col_lower_ = np.zeros(columns, dtype=np.double)
-        lp.col_upper_ = np.array(self.upper, dtype=np.double)
-        lp.row_lower_ = np.array(self.lower_rows, dtype=np.double)
-        lp.row_upper_ = np.array(self.upper_rows, dtype=np.double)
-        lp.integrality_ = [highspy.HighsVarType.kInteger] * columns
-        by_column = sorted(self.entries, key=lambda entry: (entry[1], entry[0]))
-        starts = np.zeros(columns + 1, dtype=np.int32)
-        for _, column, _ in by_column:
-            starts[column + 1] += 1
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-        lp.a_matrix_.start_ = np.cumsum(starts).astype(np.int32)
-        lp.a_matrix_.index_ = np.array([row for row, _, _ in by_column], dtype=np.int32)
-        lp.a_matrix_.value_ = np.array([value for _, _, value in by_column], dtype=np.double)
-        solver.passModel(lp)
+        solver = self.highs(seconds, threads=1)
         start = highspy.HighsSolution()
         start.col_value = self.start
         start.value_valid = True
         solver.setSolution(start)
         solver.run()
         values = list(solver.getSolution().col_value)
-        return values if len(values) == columns else None
+        return values if len(values) == len(self.cost) else None
 
     def value(self, values: Sequence[float]) -> float:
         return float(np.dot(self.cost, values))
@@ -273,7 +239,7 @@ def _repack(scratch: _Fleet, nodes: list[str], settings: RepackSettings,
     load: dict[GpuKey, list[tuple[int, float]]] = {}
     for name in nodes:
         for gpu in scratch.usable[name]:
-            in_use[gpu.key] = program.column(bool(gpu.booked), cost=1.0)
+            in_use[gpu.key] = program.binary(bool(gpu.booked), cost=1.0)
             load[gpu.key] = []
             if fixed[gpu.key] or any(holder not in kept for holder in gpu.holders):
                 program.row([(in_use[gpu.key], 1.0)], 1.0, 1.0)
@@ -296,10 +262,10 @@ def _repack(scratch: _Fleet, nodes: list[str], settings: RepackSettings,
                 fits = [gpu for gpu in gpus if booking <= usable - fixed[gpu.key]]
                 if len(fits) < needed:
                     continue
-                chosen = program.column(current <= {gpu.key for gpu in fits})
+                chosen = program.binary(current <= {gpu.key for gpu in fits})
                 terms = []
                 for gpu in fits:
-                    column = share[(holder, gpu.key)] = program.column(gpu.key in current)
+                    column = share[(holder, gpu.key)] = program.binary(gpu.key in current)
                     terms.append((column, 1.0))
                     load[gpu.key].append((column, float(booking)))
                 program.row([*terms, (chosen, -float(needed))], 0.0, 0.0)

@@ -193,6 +193,7 @@ def _writer_queue(factory: sessionmaker[Session]) -> FairWriterQueue | None:
 
 
 _read_only_binds: weakref.WeakKeyDictionary[Engine, Engine] = weakref.WeakKeyDictionary()
+_read_only_binds_guard = threading.Lock()
 
 
 def _read_only_bind(factory: sessionmaker[Session]) -> Engine | None:
@@ -201,7 +202,7 @@ def _read_only_bind(factory: sessionmaker[Session]) -> Engine | None:
     engine = factory.kw.get("bind")
     if not isinstance(engine, Engine) or engine.dialect.name != "sqlite":
         return None
-    with _writer_queues_guard:
+    with _read_only_binds_guard:
         bind = _read_only_binds.get(engine)
         if bind is None:
             bind = _read_only_binds[engine] = engine.execution_options(**{READ_ONLY: True})

@@ -184,12 +184,10 @@ def register_version(session: Session, actor: Actor, model_name: str, data: Vers
                         checksum=source.checksum, state=VersionState.REGISTERED,
                         labels=data.labels, created_by=actor.name, created_at=now, updated_at=now)
     snapshot = answer.model_dump(mode="json")
-    values = {"source": source.uri, "engine_args": data.engine_args,
-              "serving": snapshot["serving"], "triton_config": data.triton_config,
-              "resources": snapshot["resources"], "gates": snapshot["gates"],
-              "model_profile": inspected.profile, "checksum": source.checksum,
-              "state": VersionState.REGISTERED.value, "labels": data.labels,
-              "created_by": actor.name, "created_at": now, "updated_at": now}
+    # The row is the answer (its model is the row's model_id, its number the counter's): what
+    # is stored and what is answered cannot drift apart. Times stay datetimes for the column.
+    values = {**{key: value for key, value in snapshot.items() if key not in ("model", "number")},
+              "created_at": now, "updated_at": now}
 
     def audit_event(number: int) -> dict[str, Any]:
         return audit.event_parameters(actor, "version.register", "version",

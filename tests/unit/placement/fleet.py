@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import random
+
 from control_plane.gpus.readings import GpuHealth, GpuReading
 from control_plane.placement.model import (
     Device,
     NodeView,
+    Placement,
     PlacementRequest,
     Reservation,
     Strategy,
 )
+from control_plane.placement.place import place_on_fleet
+from control_plane.placement.state import FleetState
 
 GIB = 2**30
 HOLDER = "chat/prod@a:v1"
@@ -55,3 +60,28 @@ def request(size: float = 20, *, tp: int = 1, replicas: int = 1,
     return PlacementRequest(holder=holder, device=device, bytes_per_gpu=gib(size),
                             tensor_parallel_size=tp, replicas=replicas, nodes=nodes,
                             headroom_fraction=headroom, strategy=strategy)
+
+
+def random_fleet(rng: random.Random, *, nodes: int, versions: int
+                 ) -> tuple[FleetState, dict[str, PlacementRequest]]:
+    """Versions placed by place_on_fleet() as they arrive, some leaving holes behind."""
+    state = FleetState([node(f"n{i}", [rng.choice([24, 48, 80, 141])] * 4)
+                        for i in range(nodes)])
+    requests: dict[str, PlacementRequest] = {}
+    live: list[tuple[PlacementRequest, Placement]] = []
+    for number in range(versions):
+        one = request(rng.choice([2, 5, 10, 18, 30, 45]), tp=rng.choice([1, 1, 1, 2, 4]),
+                      replicas=rng.choice([1, 1, 2]), holder=f"m/prod@n:v{number}")
+        if one.tensor_parallel_size * one.replicas > 4:
+            continue
+        placed = place_on_fleet(one, state)
+        if isinstance(placed, Placement):
+            state.book(placed.reservations)
+            requests[one.holder] = one
+            live.append((one, placed))
+        # Departures leave the holes a plan fills.
+        if live and rng.random() < 0.4:
+            gone, booked = live.pop(rng.randrange(len(live)))
+            state.release(booked.reservations)
+            del requests[gone.holder]
+    return state, requests

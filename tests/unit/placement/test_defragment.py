@@ -22,7 +22,7 @@ from control_plane.placement.model import Device, NodeView, Placement, Placement
 from control_plane.placement.place import place_on_fleet
 from control_plane.placement.state import FleetState
 
-from .fleet import gpu, node, request
+from .fleet import gpu, node, random_fleet, request
 
 UNLIMITED = MoveBudget(engines=1000)
 
@@ -187,25 +187,7 @@ def test_the_plan_reads_the_fleet_and_changes_nothing() -> None:
 @pytest.mark.parametrize("seed", range(30))
 def test_random_fleets_get_plans_that_are_feasible_and_free_what_they_say(seed: int) -> None:
     rng = random.Random(seed)
-    views = [node(f"n{i}", [rng.choice([24, 48, 80, 141])] * 4) for i in range(5)]
-    state = FleetState(views)
-    requests: dict[str, PlacementRequest] = {}
-    live: list[tuple[PlacementRequest, Placement]] = []
-    for number in range(60):
-        one = request(rng.choice([2, 5, 10, 18, 30, 45]), tp=rng.choice([1, 1, 1, 2, 4]),
-                      replicas=rng.choice([1, 1, 2]), holder=f"m/prod@n:v{number}")
-        if one.tensor_parallel_size * one.replicas > 4:
-            continue
-        placed = place_on_fleet(one, state)
-        if isinstance(placed, Placement):
-            state.book(placed.reservations)
-            requests[one.holder] = one
-            live.append((one, placed))
-        # Departures leave the holes a plan fills.
-        if live and rng.random() < 0.4:
-            gone, booked = live.pop(rng.randrange(len(live)))
-            state.release(booked.reservations)
-            del requests[gone.holder]
+    state, requests = random_fleet(rng, nodes=5, versions=60)
     budget = MoveBudget(engines=rng.choice([1, 3, 10, 100]))
     plan = plan_defragmentation(state, requests, budget)
     booked = carry_out(state, plan)

@@ -13,11 +13,8 @@ import pytest
 
 from bench.placement_repack import RepackSettings, RepackStats, plan_repack
 from control_plane.placement.defragment import MoveBudget, plan_defragmentation
-from control_plane.placement.model import Placement, PlacementRequest
-from control_plane.placement.place import place_on_fleet
-from control_plane.placement.state import FleetState
 
-from .fleet import node, request
+from .fleet import node, random_fleet, request
 from .test_defragment import carry_out, in_use, spread_fleet
 
 SETTINGS = RepackSettings(rounds=2, seconds=2.0)
@@ -62,7 +59,7 @@ def test_versions_without_a_request_stay_put() -> None:
 
 def test_each_round_stops_at_its_time_limit() -> None:
     rng = random.Random(7)
-    state, requests = _random_fleet(rng, nodes=8, versions=120)
+    state, requests = random_fleet(rng, nodes=8, versions=120)
     stats = RepackStats()
     started = time.perf_counter()
     plan_repack(state, requests, RepackSettings(rounds=3, seconds=0.2), stats=stats)
@@ -73,7 +70,7 @@ def test_each_round_stops_at_its_time_limit() -> None:
 @pytest.mark.parametrize("seed", range(12))
 def test_random_fleets_get_plans_that_are_feasible_in_order(seed: int) -> None:
     rng = random.Random(seed)
-    state, requests = _random_fleet(rng, nodes=5, versions=60)
+    state, requests = random_fleet(rng, nodes=5, versions=60)
     before = sorted(state.ledger.reservations(), key=repr)
     plan = plan_repack(state, requests, RepackSettings(rounds=3, seconds=0.3))
     assert sorted(state.ledger.reservations(), key=repr) == before
@@ -82,27 +79,3 @@ def test_random_fleets_get_plans_that_are_feasible_in_order(seed: int) -> None:
     assert len(in_use(booked)) == plan.gpus_in_use_after <= plan.gpus_in_use_before
     assert (plan.gpus_in_use_after < plan.gpus_in_use_before) == bool(plan.moves)
     assert len({move.holder for move in plan.moves}) == len(plan.moves)
-
-
-def _random_fleet(rng: random.Random, *, nodes: int, versions: int
-                  ) -> tuple[FleetState, dict[str, PlacementRequest]]:
-    """Versions placed by place_on_fleet() as they arrive, some leaving holes behind."""
-    state = FleetState([node(f"n{i}", [rng.choice([24, 48, 80, 141])] * 4)
-                        for i in range(nodes)])
-    requests: dict[str, PlacementRequest] = {}
-    live: list[tuple[PlacementRequest, Placement]] = []
-    for number in range(versions):
-        one = request(rng.choice([2, 5, 10, 18, 30, 45]), tp=rng.choice([1, 1, 1, 2, 4]),
-                      replicas=rng.choice([1, 1, 2]), holder=f"m/prod@n:v{number}")
-        if one.tensor_parallel_size * one.replicas > 4:
-            continue
-        placed = place_on_fleet(one, state)
-        if isinstance(placed, Placement):
-            state.book(placed.reservations)
-            requests[one.holder] = one
-            live.append((one, placed))
-        if live and rng.random() < 0.4:
-            gone, booked = live.pop(rng.randrange(len(live)))
-            state.release(booked.reservations)
-            del requests[gone.holder]
-    return state, requests

@@ -9,13 +9,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
+import psycopg
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
 
 from control_plane.auth.tokens import hash_secret
-from control_plane.read_cache import CACHED_TABLES, REGISTRY, TOKENS, ReadCache
+from control_plane.read_cache import CACHED_TABLES, CHANNEL, REGISTRY, TOKENS, ReadCache
 
 VERSIONS = "/api/v1/models/m/versions"
 # Far longer than a notification takes (milliseconds); a stale answer would last forever.
@@ -232,3 +234,25 @@ def test_every_cached_table_notifies_its_changes(backend: str, db: Engine) -> No
             "SELECT c.relname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
             "WHERE t.tgname = 'llmcp_notify_change'")).scalars())
     assert notifying == set().union(*CACHED_TABLES.values())
+
+
+def test_a_registration_notifies_once_and_a_model_change_still_notifies(
+        backend: str, client: TestClient, writer: dict[str, str], version: str,
+        database_url: str) -> None:
+    # A registration also moves its model's version counter, which is in no answer: that
+    # UPDATE must not wake every API process a second time (migration f6b2d8e4a1c7), while a
+    # real change to a model must still empty the caches made of it.
+    if backend == "sqlite":
+        pytest.skip("SQLite has no notifications")
+    url = make_url(database_url).set(drivername="postgresql").render_as_string(
+        hide_password=False)
+    with psycopg.connect(url, autocommit=True) as listener:
+        listener.execute(f"LISTEN {CHANNEL}")
+        assert client.post(VERSIONS, headers=writer, json={"source": "hf://org/m2"}
+                           ).status_code == 201
+        assert client.patch("/api/v1/models/m", headers=writer, json={"labels": {"team": "a"}}
+                            ).status_code == 200
+        # Token checks may notify api_tokens meanwhile; only the registry's tables count here.
+        payloads = [notification.payload for notification in listener.notifies(timeout=1.0)
+                    if notification.payload in CACHED_TABLES[REGISTRY]]
+    assert payloads == ["model_versions", "models"]

@@ -8,8 +8,9 @@ keeps the latest answers and the database tells it when they may have gone stale
 - PostgreSQL only. A trigger on each cached table (migration ``d7b3e9a1c5f2``) calls
   ``pg_notify(CHANNEL)`` for every statement that changes it, from any process, replica or CLI
   (except an UPDATE of models' version counter alone, which is in no answer: migration
-  ``f6b2d8e4a1c7``); PostgreSQL delivers it when that transaction commits. ``ChangeListener`` LISTENs on a connection
-  of its own and, on every notification, empties the parts of the cache made of that table.
+  ``f6b2d8e4a1c7``); PostgreSQL delivers it when that transaction commits. ``ChangeListener``
+  LISTENs on a connection of its own and, on every notification, empties the parts of the cache
+  made of that table.
 - This process's own writes empty it at once (``watch_local_writes``): a client that wrote
   through this process reads its write back, without waiting for the notification.
 - While the listener is not connected (starting, the database restarting, SQLite, which has no

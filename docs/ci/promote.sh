@@ -11,7 +11,19 @@
 # promotion goes on server-side), 6 another promotion of the model is running.
 set -euo pipefail
 
-llmctl versions register "$MODEL" -f "$MANIFEST" --dry-run --json > manifest-check.json
+# Why a command failed, in the job's log too: its error document's detail names the reason.
+detail() {
+  python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("detail") or "")' \
+    "$1" >&2 || true
+}
+
+check=0
+llmctl versions register "$MODEL" -f "$MANIFEST" --dry-run --json > manifest-check.json || check=$?
+if [ "$check" -ne 0 ]; then
+  echo "the manifest $MANIFEST was refused (llmctl exited with $check)" >&2
+  detail manifest-check.json
+  exit "$check"
+fi
 
 promote() {  # alias, then --manifest FILE or --version N
   local alias="$1"; shift
@@ -25,6 +37,7 @@ promote() {  # alias, then --manifest FILE or --version N
     6) echo "another promotion of $MODEL is running; retry later" >&2 ;;
     *) echo "llmctl exited with $code" >&2 ;;
   esac
+  if [ "$code" -ne 0 ]; then detail "promotion-$alias.json"; fi
   return "$code"
 }
 

@@ -111,7 +111,7 @@ def test_promotions_serve_good_versions_and_stop_bad_ones(
     first = promote(client, writer, manifest=manifest(ENGINE_ARGS, smoke=[SMOKE], compare=COMPARE),
                     to="production", nodes=["node-a"], ci_run_url="https://ci.example/run/1",
                     git_sha="0123abcd")
-    assert first["state"] == "succeeded", first
+    assert first["state"] == "succeeded", (first["failed_step"], first["error"])
     assert set(steps(first).values()) == {"succeeded"}
     v1 = first["version"]
     assert production(client, writer) == v1
@@ -269,7 +269,7 @@ def test_a_killed_cli_and_a_killed_control_plane_leave_a_finished_promotion(
             return promotion if promotion["state"] in ("succeeded", "failed") else None
 
         finished = wait_until(ended, "the resumed promotion's end", timeout=900)
-        assert finished["state"] == "succeeded", finished
+        assert finished["state"] == "succeeded", (finished["failed_step"], finished["error"])
         assert set(steps(finished).values()) == {"succeeded"}
         # Alias, deployments, the promotion record and Triton agree.
         assert http.get("/api/v1/models/k/aliases/production").json()["version"] == \
@@ -320,20 +320,12 @@ def test_the_pipeline_promotes_to_staging_then_production(
         receiver.stop()
 
 
-def _run_pipeline(live_url: str, writer: dict[str, str], admin: dict[str, str],
-                  node: TritonServer, tmp_path: Path, receiver: Receiver) -> None:
-    workflow = yaml.safe_load((CI_DIR / "github-actions.yml").read_text())
-    variables = workflow["jobs"]["promote"]["env"]
-    model = variables["MODEL"]
-    with httpx.Client(base_url=live_url, headers=admin, timeout=60) as http:
-        assert http.post("/api/v1/nodes", json={
-            "name": "node-a", "http_url": f"http://{node.http_url}", "grpc_url": node.grpc_url,
-            "api_key_ref": f"env:{KEY_VARIABLE}"}).status_code == 201
-        assert http.post("/api/v1/models", json={"name": model}).status_code == 201
-        secret = http.post("/api/v1/webhooks", json={
-            "url": receiver.url, "events": ["promotion.succeeded", "promotion.failed"]}
-        ).json()["secret"]
-    # The model repository: its manifest (the example's, with this machine's model path).
+def model_repository(tmp_path: Path, live_url: str, writer: dict[str, str], node_name: str
+                     ) -> tuple[Path, dict[str, str]]:
+    """A model repository as the examples expect it (the example manifest, with this machine's
+    model path, and ci/promote.sh), and the job's environment."""
+    variables = yaml.safe_load((CI_DIR / "github-actions.yml").read_text()
+                               )["jobs"]["promote"]["env"]
     repository = tmp_path / "model-repository"
     (repository / "model").mkdir(parents=True)
     example = yaml.safe_load((CI_DIR / "manifest.yaml").read_text())
@@ -343,12 +335,63 @@ def _run_pipeline(live_url: str, writer: dict[str, str], admin: dict[str, str],
     shutil.copy(CI_DIR / "promote.sh", repository / "ci" / "promote.sh")
     env = {**os.environ, "PATH": f"{LLMCTL.parent}:{os.environ['PATH']}", "CI": "true",
            "LLMCP_URL": live_url, "LLMCP_TOKEN": writer["Authorization"].split()[1],
-           "MODEL": model, "MANIFEST": variables["MANIFEST"], "LLM_NODE": "node-a",
-           "CI_RUN_URL": "https://ci.example/runs/7", "GIT_SHA": "feedface"}
-    # Exactly what both examples run.
-    done = subprocess.run(["bash", "ci/promote.sh"], cwd=repository, env=env,
+           "MODEL": variables["MODEL"], "MANIFEST": variables["MANIFEST"],
+           "LLM_NODE": node_name, "CI_RUN_URL": "https://ci.example/runs/7",
+           "GIT_SHA": "feedface"}
+    return repository, env
+
+
+def run_promote_script(repository: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Exactly what both examples run; a failure's message carries the reports it wrote."""
+    return subprocess.run(["bash", "ci/promote.sh"], cwd=repository, env=env,
                           capture_output=True, text=True, timeout=1700, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def reports(repository: Path) -> str:
+    return "\n".join(f"{path.name}: {path.read_text()}"
+                     for path in sorted(repository.glob("promotion-*.json")))
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_the_pipeline_says_why_it_stopped(
+        live_url: str, writer: dict[str, str], admin: dict[str, str], tmp_path: Path) -> None:
+    repository, env = model_repository(tmp_path, live_url, writer, "node-nowhere")
+    with httpx.Client(base_url=live_url, headers=admin, timeout=60) as http:
+        assert http.post("/api/v1/models", json={"name": env["MODEL"]}).status_code == 201
+    done = run_promote_script(repository, env)
+    assert done.returncode not in (0, 3), done.stdout + done.stderr
+    # The job's log names the exit code and the reason, not only the report file.
+    assert f"llmctl exited with {done.returncode}" in done.stderr
+    error = json.loads((repository / "promotion-staging.json").read_text())
+    assert error["detail"] and error["detail"] in done.stderr, done.stderr
+    assert "node-nowhere" in error["detail"]
+    assert not (repository / "promotion-production.json").exists()
+    # A manifest the control plane refuses stops the job before any promotion, saying why.
+    manifest_path = repository / env["MANIFEST"]
+    manifest_path.write_text(manifest_path.read_text().replace("max_num_seqs", "max_num_seq"))
+    (repository / "promotion-staging.json").unlink()
+    refused = run_promote_script(repository, env)
+    assert refused.returncode != 0
+    assert f"the manifest {env['MANIFEST']} was refused" in refused.stderr, refused.stderr
+    check = json.loads((repository / "manifest-check.json").read_text())
+    assert "max_num_seq" in check["detail"] and check["detail"] in refused.stderr
+    assert not (repository / "promotion-staging.json").exists()
+
+
+def _run_pipeline(live_url: str, writer: dict[str, str], admin: dict[str, str],
+                  node: TritonServer, tmp_path: Path, receiver: Receiver) -> None:
+    repository, env = model_repository(tmp_path, live_url, writer, "node-a")
+    model = env["MODEL"]
+    with httpx.Client(base_url=live_url, headers=admin, timeout=60) as http:
+        assert http.post("/api/v1/nodes", json={
+            "name": "node-a", "http_url": f"http://{node.http_url}", "grpc_url": node.grpc_url,
+            "api_key_ref": f"env:{KEY_VARIABLE}"}).status_code == 201
+        assert http.post("/api/v1/models", json={"name": model}).status_code == 201
+        secret = http.post("/api/v1/webhooks", json={
+            "url": receiver.url, "events": ["promotion.succeeded", "promotion.failed"]}
+        ).json()["secret"]
+    done = run_promote_script(repository, env)
+    assert done.returncode == 0, done.stdout + done.stderr + reports(repository)
     staging = json.loads((repository / "promotion-staging.json").read_text())
     production_run = json.loads((repository / "promotion-production.json").read_text())
     assert json.loads((repository / "manifest-check.json").read_text())["number"] == 1

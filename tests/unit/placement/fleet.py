@@ -1,10 +1,14 @@
-"""Small builders for GPU readings, nodes, reservations and requests used by the placement tests."""
+"""Small builders for GPU readings, nodes, reservations and requests used by the placement tests,
+and the arithmetic that carries a defragmentation or repack plan out on a copy of the bookings."""
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 from control_plane.gpus.readings import GpuHealth, GpuReading
+from control_plane.placement.accounting import usable_bytes
+from control_plane.placement.defragment import DefragmentationPlan
 from control_plane.placement.model import (
     Device,
     NodeView,
@@ -85,3 +89,47 @@ def random_fleet(rng: random.Random, *, nodes: int, versions: int
             state.release(booked.reservations)
             del requests[gone.holder]
     return state, requests
+
+
+def fleet_of(views: list[NodeView], asked: list[PlacementRequest]
+             ) -> tuple[FleetState, dict[str, PlacementRequest]]:
+    """The requests placed one after the other by place_on_fleet(), as the product books them."""
+    state = FleetState(views)
+    for one in asked:
+        placed = place_on_fleet(one, state)
+        assert isinstance(placed, Placement), placed
+        state.book(placed.reservations)
+    return state, {one.holder: one for one in asked}
+
+
+def spread_fleet(views: list[NodeView], placed: list[tuple[PlacementRequest, str, tuple[int, ...]]]
+                 ) -> tuple[FleetState, dict[str, PlacementRequest]]:
+    """Requests booked on the GPUs named, ``size`` GiB per GPU as asked (a fragmented fleet)."""
+    reservations = [Reservation(node=name, gpu_uuid=f"GPU-{name}-{index}",
+                                bytes=one.bytes_per_gpu, holder=one.holder)
+                    for one, name, indexes in placed for index in indexes]
+    return FleetState(views, reservations), {one.holder: one for one, _, _ in placed}
+
+
+def carry_out(state: FleetState, plan: DefragmentationPlan) -> Counter[tuple[str, str]]:
+    """The plan applied in order to the state's bookings, each target checked to fit first."""
+    totals = {(view.name, reading.uuid): reading.memory_total_bytes or 0
+              for view in state.nodes for reading in view.gpus}
+    booked: Counter[tuple[str, str]] = Counter()
+    for reservation in state.ledger.reservations():
+        booked[(reservation.node, reservation.gpu_uuid)] += reservation.bytes
+    for move in plan.moves:
+        own = {(r.node, r.gpu_uuid) for r in move.release}
+        for reservation in move.target.reservations:
+            key = (reservation.node, reservation.gpu_uuid)
+            assert key not in own, f"{move.holder} moves onto a GPU it holds: {key}"
+            assert booked[key] + reservation.bytes <= usable_bytes(totals[key], 0.05), \
+                f"{move.holder} does not fit on {key} at its turn"
+            booked[key] += reservation.bytes
+        for reservation in move.release:
+            booked[(reservation.node, reservation.gpu_uuid)] -= reservation.bytes
+    return booked
+
+
+def in_use(booked: Counter[tuple[str, str]]) -> set[tuple[str, str]]:
+    return {key for key, value in booked.items() if value}

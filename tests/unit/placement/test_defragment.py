@@ -1,6 +1,6 @@
 """plan_defragmentation(): moves that free whole GPUs, feasible in order, within the budget.
 
-Each plan is checked by carrying it out on a copy of the fleet with arithmetic written here: every
+Each plan is checked by carrying it out on a copy of the fleet (fleet.carry_out): every
 move's target fits beside what is booked at its turn (make-before-break, headroom kept), the
 GPUs the plan says it frees hold nothing afterwards, and the count of GPUs in use is what it says.
 """
@@ -8,67 +8,20 @@ GPUs the plan says it frees hold nothing afterwards, and the count of GPUs in us
 from __future__ import annotations
 
 import random
-from collections import Counter
 
 import pytest
 
-from control_plane.placement.accounting import usable_bytes
 from control_plane.placement.defragment import (
     DefragmentationPlan,
     MoveBudget,
     plan_defragmentation,
 )
-from control_plane.placement.model import Device, NodeView, Placement, PlacementRequest, Reservation
-from control_plane.placement.place import place_on_fleet
+from control_plane.placement.model import Device, NodeView, PlacementRequest
 from control_plane.placement.state import FleetState
 
-from .fleet import gpu, node, random_fleet, request
+from .fleet import carry_out, fleet_of, gpu, in_use, node, random_fleet, request, spread_fleet
 
 UNLIMITED = MoveBudget(engines=1000)
-
-
-def fleet_of(views: list[NodeView], asked: list[PlacementRequest]
-             ) -> tuple[FleetState, dict[str, PlacementRequest]]:
-    """The requests placed one after the other by place_on_fleet(), as the product books them."""
-    state = FleetState(views)
-    for one in asked:
-        placed = place_on_fleet(one, state)
-        assert isinstance(placed, Placement), placed
-        state.book(placed.reservations)
-    return state, {one.holder: one for one in asked}
-
-
-def spread_fleet(views: list[NodeView], placed: list[tuple[PlacementRequest, str, tuple[int, ...]]]
-                 ) -> tuple[FleetState, dict[str, PlacementRequest]]:
-    """Requests booked on the GPUs named, ``size`` GiB per GPU as asked (a fragmented fleet)."""
-    reservations = [Reservation(node=name, gpu_uuid=f"GPU-{name}-{index}",
-                                bytes=one.bytes_per_gpu, holder=one.holder)
-                    for one, name, indexes in placed for index in indexes]
-    return FleetState(views, reservations), {one.holder: one for one, _, _ in placed}
-
-
-def carry_out(state: FleetState, plan: DefragmentationPlan) -> Counter[tuple[str, str]]:
-    """The plan applied in order to the state's bookings, each target checked to fit first."""
-    totals = {(view.name, reading.uuid): reading.memory_total_bytes or 0
-              for view in state.nodes for reading in view.gpus}
-    booked: Counter[tuple[str, str]] = Counter()
-    for reservation in state.ledger.reservations():
-        booked[(reservation.node, reservation.gpu_uuid)] += reservation.bytes
-    for move in plan.moves:
-        own = {(r.node, r.gpu_uuid) for r in move.release}
-        for reservation in move.target.reservations:
-            key = (reservation.node, reservation.gpu_uuid)
-            assert key not in own, f"{move.holder} moves onto a GPU it holds: {key}"
-            assert booked[key] + reservation.bytes <= usable_bytes(totals[key], 0.05), \
-                f"{move.holder} does not fit on {key} at its turn"
-            booked[key] += reservation.bytes
-        for reservation in move.release:
-            booked[(reservation.node, reservation.gpu_uuid)] -= reservation.bytes
-    return booked
-
-
-def in_use(booked: Counter[tuple[str, str]]) -> set[tuple[str, str]]:
-    return {key for key, value in booked.items() if value}
 
 
 def test_engines_scattered_on_small_gpus_move_together() -> None:

@@ -14,8 +14,7 @@ import pytest
 from bench.placement_repack import RepackSettings, RepackStats, plan_repack
 from control_plane.placement.defragment import MoveBudget, plan_defragmentation
 
-from .fleet import node, random_fleet, request
-from .test_defragment import carry_out, in_use, spread_fleet
+from .fleet import carry_out, in_use, node, random_fleet, request, spread_fleet
 
 SETTINGS = RepackSettings(rounds=2, seconds=2.0)
 

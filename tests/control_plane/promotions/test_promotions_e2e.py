@@ -91,6 +91,14 @@ def no_candidate_left(http: TestClient, headers: dict[str, str], node: TritonSer
     assert not [name for name in ready if name.startswith("m.candidate-")], ready
 
 
+def why(promotion: dict[str, Any], node: TritonServer) -> str:
+    """A failed promotion's step and error, and the node's latest log lines: what a load's
+    failure left in CI's output."""
+    tail = node.log_path.read_text(errors="replace").splitlines()[-60:]
+    return "\n".join([f"failed step {promotion['failed_step']}: {promotion['error']}",
+                      f"the end of {node.log_path}:", *tail])
+
+
 def steps(promotion: dict[str, Any]) -> dict[str, str]:
     return {s["name"]: s["state"] for s in promotion["steps"]}
 
@@ -111,7 +119,7 @@ def test_promotions_serve_good_versions_and_stop_bad_ones(
     first = promote(client, writer, manifest=manifest(ENGINE_ARGS, smoke=[SMOKE], compare=COMPARE),
                     to="production", nodes=["node-a"], ci_run_url="https://ci.example/run/1",
                     git_sha="0123abcd")
-    assert first["state"] == "succeeded", (first["failed_step"], first["error"])
+    assert first["state"] == "succeeded", why(first, node)
     assert set(steps(first).values()) == {"succeeded"}
     v1 = first["version"]
     assert production(client, writer) == v1
@@ -164,7 +172,7 @@ def test_promotions_serve_good_versions_and_stop_bad_ones(
         # v4 passes, comparison included (same weights and arguments: identical greedy output).
         fourth = promote(client, writer, version=_register(client, writer, COMPARE),
                          to="production")
-        assert fourth["state"] == "succeeded", (fourth["failed_step"], fourth["error"])
+        assert fourth["state"] == "succeeded", why(fourth, node)
         compare = next(r for r in fourth["gate_results"] if r["kind"] == "compare")
         assert compare["passed"] is True and compare["actual"]["identical_share"] >= 0.5
         assert compare["actual"]["current_version"] == v1
@@ -269,7 +277,7 @@ def test_a_killed_cli_and_a_killed_control_plane_leave_a_finished_promotion(
             return promotion if promotion["state"] in ("succeeded", "failed") else None
 
         finished = wait_until(ended, "the resumed promotion's end", timeout=900)
-        assert finished["state"] == "succeeded", (finished["failed_step"], finished["error"])
+        assert finished["state"] == "succeeded", why(finished, node)
         assert set(steps(finished).values()) == {"succeeded"}
         # Alias, deployments, the promotion record and Triton agree.
         assert http.get("/api/v1/models/k/aliases/production").json()["version"] == \
@@ -391,7 +399,9 @@ def _run_pipeline(live_url: str, writer: dict[str, str], admin: dict[str, str],
             "url": receiver.url, "events": ["promotion.succeeded", "promotion.failed"]}
         ).json()["secret"]
     done = run_promote_script(repository, env)
-    assert done.returncode == 0, done.stdout + done.stderr + reports(repository)
+    assert done.returncode == 0, "\n".join([done.stdout, done.stderr, reports(repository),
+                                            *node.log_path.read_text(errors="replace"
+                                                                     ).splitlines()[-60:]])
     staging = json.loads((repository / "promotion-staging.json").read_text())
     production_run = json.loads((repository / "promotion-production.json").read_text())
     assert json.loads((repository / "manifest-check.json").read_text())["number"] == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,7 +14,10 @@ from typing import Any
 
 from sqlalchemy import Connection, DateTime, Engine, MetaData, create_engine, event
 from sqlalchemy.engine import Dialect, make_url
+from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 from sqlalchemy.types import TypeDecorator
 
 # Deterministic constraint names, so migrations can name (and drop) what autogenerate created on
@@ -64,17 +68,55 @@ POOL_SIZE = 20
 POOL_MAX_OVERFLOW = 20
 
 
-def make_engine(url: str) -> Engine:
+# A pooled connection that sat unused longer than this is checked (a round trip) before it is
+# handed out; one back within it is handed out as it is, like PgBouncer's server_check_delay.
+# SQLAlchemy's pool_pre_ping checked every checkout: a round trip per request, ~10 % of a
+# registration's throughput on PostgreSQL (bench/admin_api.py). A connection that died since its
+# last use fails its first statement instead (a 503 DatabaseUnavailable, which says to retry), and
+# SQLAlchemy then replaces every connection of the pool that was open at the time.
+CHECK_IDLE_AFTER_S = 1.0
+_CHECKED_IN_AT = "llmcp_checked_in_at"
+
+
+def make_engine(url: str, *, check_idle_after_s: float = CHECK_IDLE_AFTER_S) -> Engine:
     """An engine for ``url``; SQLite gets foreign keys and a shared connection across threads."""
     if make_url(url).get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True, pool_size=POOL_SIZE,
-                             max_overflow=POOL_MAX_OVERFLOW)
+        # LIFO: under load the same few connections go round and are not checked; the idle ones
+        # stay at the bottom, and only they are checked when a burst reaches them.
+        server_engine = create_engine(url, pool_size=POOL_SIZE, max_overflow=POOL_MAX_OVERFLOW,
+                                      pool_use_lifo=True)
+        _check_connections_idle_for(server_engine, check_idle_after_s)
+        return server_engine
     # FastAPI runs sync endpoints in a thread pool, so a connection may move between threads; the
     # pool still hands it to one thread at a time.
     engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
     event.listen(engine, "connect", _configure_sqlite_connection)
     event.listen(engine, "begin", _begin_immediate)
     return engine
+
+
+def _check_connections_idle_for(engine: Engine, idle_s: float) -> None:
+    dialect = engine.dialect
+
+    def checked_in(_: Any, record: ConnectionPoolEntry) -> None:
+        record.info[_CHECKED_IN_AT] = time.monotonic()
+
+    def checked_out(dbapi_connection: DBAPIConnection, record: ConnectionPoolEntry,
+                    _: PoolProxiedConnection) -> None:
+        # A new connection (or one just reconnected: its info is cleared) has nothing recorded.
+        checked_in_at = record.info.get(_CHECKED_IN_AT)
+        if checked_in_at is None or time.monotonic() - checked_in_at < idle_s:
+            return
+        try:
+            dialect.do_ping(dbapi_connection)
+        except dialect.loaded_dbapi.Error as exc:
+            if dialect.is_disconnect(exc, dbapi_connection, None):
+                # The pool discards this one and hands out a new connection instead.
+                raise DisconnectionError(f"a pooled connection was closed: {exc}") from exc
+            raise
+
+    event.listen(engine.pool, "checkin", checked_in)
+    event.listen(engine.pool, "checkout", checked_out)
 
 
 # An execution option promising that a transaction writes nothing (see transaction()).
@@ -209,12 +251,40 @@ def _read_only_bind(factory: sessionmaker[Session]) -> Engine | None:
         return bind
 
 
+_autocommit_binds: weakref.WeakKeyDictionary[Engine, Engine] = weakref.WeakKeyDictionary()
+_autocommit_binds_guard = threading.Lock()
+
+
+def _one_statement_bind(factory: sessionmaker[Session]) -> Engine | None:
+    """The factory's PostgreSQL engine in autocommit: each statement is its own transaction,
+    committed by the server as the statement ends. None elsewhere (SQLite's writers queue in
+    this process, and a unit of work there may be several statements)."""
+    engine = factory.kw.get("bind")
+    if not isinstance(engine, Engine) or engine.dialect.name != "postgresql":
+        return None
+    with _autocommit_binds_guard:
+        bind = _autocommit_binds.get(engine)
+        if bind is None:
+            bind = _autocommit_binds[engine] = engine.execution_options(
+                isolation_level="AUTOCOMMIT")
+        return bind
+
+
 @contextmanager
-def transaction(factory: sessionmaker[Session], *, read_only: bool = False) -> Iterator[Session]:
+def transaction(factory: sessionmaker[Session], *, read_only: bool = False,
+                one_statement: bool = False) -> Iterator[Session]:
     """One unit of work: commit when the block succeeds, roll back when it raises.
 
     ``read_only`` promises that the block writes nothing; SQLite then runs it beside writers.
-    SQLite's writers of this process queue for their turn in order (``FairWriterQueue``)."""
+    SQLite's writers of this process queue for their turn in order (``FairWriterQueue``).
+
+    ``one_statement`` promises that, on PostgreSQL, the block runs one statement (on SQLite it
+    may run several: it stays one transaction there). PostgreSQL then runs it in autocommit, and
+    the row locks it takes are released as it ends, not one client round trip later at COMMIT.
+    A registration locks its model's row: with the COMMIT sent separately, the lock was held
+    while the client's thread waited for its interpreter and the network, and every other
+    registration of the model queued behind it (pg_stat_activity under load: 8 of 16 waiting
+    on the lock, its holder idle in transaction)."""
     queue = None if read_only else _writer_queue(factory)
     with contextlib.ExitStack() as stack:
         if queue is not None:
@@ -222,7 +292,8 @@ def transaction(factory: sessionmaker[Session], *, read_only: bool = False) -> I
         # The connection is taken at the first statement, not here: a request's session that held
         # one while its token check waited for another could empty the pool with enough requests
         # at once, each waiting for a connection another holds.
-        bind = _read_only_bind(factory) if read_only else None
+        bind = _read_only_bind(factory) if read_only else (
+            _one_statement_bind(factory) if one_statement else None)
         with (factory() if bind is None else factory(bind=bind)) as session:
             try:
                 yield session

@@ -114,7 +114,10 @@ def register_version(name: ModelName, body: VersionCreate, request: Request,
                      ) -> JSONResponse:
     # The source is read and hashed (every file of a local model) before the transaction opens.
     inspected = service.inspect_version(name, body, settings.source_roots, config_check)
-    with transaction(request.app.state.session_factory) as session:
+    # Without a key or a dry run, PostgreSQL stores the version in one statement (number,
+    # row, audit event): run alone, the model's lock is held for no round trip to this process.
+    one_statement = idempotency_key is None and not dry_run
+    with transaction(request.app.state.session_factory, one_statement=one_statement) as session:
         if dry_run:
             # The registration itself, inside a savepoint that is rolled back: the same checks,
             # the same number it would get, and nothing kept (not even the audit record).

@@ -33,13 +33,16 @@ class NodeMetricsPoller:
         self._errors: dict[str, str] = {}
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._client: httpx.Client | None = None
 
     def poll_once(self) -> None:
         urls = dict(self._metrics_urls())
-        with httpx.Client(timeout=self._timeout_s) as client, \
-                ThreadPoolExecutor(max_workers=max(1, min(8, len(urls)))) as pool:
-            outcomes = dict(zip(urls, pool.map(lambda url: self._read(client, url),
-                                               urls.values()), strict=True))
+        outcomes: dict[str, NodeReading | str] = {}
+        if urls:
+            client = self._http_client()
+            with ThreadPoolExecutor(max_workers=min(8, len(urls))) as pool:
+                outcomes = dict(zip(urls, pool.map(lambda url: self._read(client, url),
+                                                   urls.values()), strict=True))
         with self._lock:
             for node in set(self._readings) - set(urls):
                 del self._readings[node]
@@ -53,6 +56,14 @@ class NodeMetricsPoller:
                 kept.append(outcome)
                 while kept and kept[0].taken_at < outcome.taken_at - self.keep_s:
                     kept.popleft()
+
+    def _http_client(self) -> httpx.Client:
+        # One client for every poll: a new one per poll built a TLS context each second (~1 % of
+        # an API worker's CPU under load, py-spy) and kept no connection to a node alive.
+        with self._lock:
+            if self._client is None:
+                self._client = httpx.Client(timeout=self._timeout_s)
+            return self._client
 
     def _read(self, client: httpx.Client, url: str) -> NodeReading | str:
         try:
@@ -86,6 +97,10 @@ class NodeMetricsPoller:
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
 
     def _run(self) -> None:
         while not self._stopping.is_set():

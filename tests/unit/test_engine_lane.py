@@ -1,0 +1,25 @@
+"""Every test module that loads real models runs in the engine lane (tests/conftest.py), so two of
+them never hold engines side by side in two workers (memory)."""
+
+from __future__ import annotations
+
+import re
+
+from tests.conftest import ENGINE_LANE, ROOT, lane_of
+
+MARKED = re.compile(r"^pytestmark = \[?pytest\.mark\.integration\b", re.MULTILINE)
+
+
+def test_every_module_marked_integration_is_in_the_engine_lane() -> None:
+    marked = sorted(path.relative_to(ROOT).as_posix()
+                    for path in (ROOT / "tests").rglob("test_*.py")
+                    if MARKED.search(path.read_text()))
+    assert "tests/control_plane/promotions/test_promotions_e2e.py" in marked
+    outside = [module for module in marked if lane_of(module) != ENGINE_LANE]
+    assert outside == [], f"add these to ENGINE_MODULES in tests/conftest.py: {outside}"
+
+
+def test_the_lanes() -> None:
+    assert lane_of("tests/integration/gateway/test_gateway_limits.py::test_x") == ENGINE_LANE
+    assert lane_of("tests/control_plane/deployments/test_faults.py::test_y[sqlite]") == ENGINE_LANE
+    assert lane_of("tests/unit/test_chat.py::test_z") == "tests/unit/test_chat.py"

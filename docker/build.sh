@@ -16,6 +16,14 @@ python="${PYTHON:-$root/.venv/bin/python}"
 wheelhouse="$root/.cache/wheelhouse"
 stamp="$wheelhouse/.lock"
 
+# The local bases (debootstrap and apt) are made while pip downloads the wheelhouse: both wait
+# on their mirrors more than on a core.
+bases=""
+if [ "${BASE:-local}" = local ]; then
+  bash docker/base/build-base.sh &
+  bases=$!
+fi
+
 if [ ! -f "$stamp" ] || ! cmp -s requirements/lock.txt "$stamp"; then
   echo "build: downloading the wheelhouse for requirements/lock.txt (once per lock file)"
   mkdir -p "$wheelhouse"
@@ -35,18 +43,31 @@ done
 
 args=(--network host --build-arg PIP_NO_INDEX=1 --build-arg "PIP_FIND_LINKS=http://127.0.0.1:$port/")
 node_args=()
-if [ "${BASE:-local}" = local ]; then
-  bash docker/base/build-base.sh
+if [ -n "$bases" ]; then
+  wait "$bases" || { echo "build: the local base images failed (build-base's error is above)" >&2; exit 1; }
   args+=(--build-arg BASE_IMAGE=llm-platform-base/python:3.11-bookworm)
   node_args+=(--build-arg VARIANT=cpu)
 fi
 
-for image in control-plane gateway node; do
+build() {  # image [extra docker build arguments]
+  local image="$1" started
+  shift
   started=$(date +%s)
-  extra=()
-  if [ "$image" = node ]; then extra=("${node_args[@]}"); fi
   echo "build: llm-platform/$image:$tag"
-  docker build --quiet "${args[@]}" "${extra[@]}" -t "llm-platform/$image:$tag" \
+  docker build --quiet "${args[@]}" "$@" -t "llm-platform/$image:$tag" \
     -f "docker/$image/Dockerfile" . >/dev/null
   echo "build: llm-platform/$image:$tag in $(( $(date +%s) - started )) s"
-done
+}
+
+# The node's build is mostly pip unpacking torch and vLLM on one core: the two slim images are
+# built beside it, on the other.
+build node "${node_args[@]}" &
+node_build=$!
+failed=0
+build control-plane || failed=1
+build gateway || failed=1
+wait "$node_build" || failed=1
+if [ "$failed" = 1 ]; then
+  echo "build: an image failed to build (docker's error is above)" >&2
+  exit 1
+fi

@@ -11,10 +11,7 @@ setup:
 serve: setup
 	$(PYTHON) -m control_plane.serve
 
-# Two pytest workers (pytest-xdist): the tests that load real models in one lane, one worker at
-# a time (memory), every other module beside them (tests/conftest.py). A model load is three
-# interpreters importing torch and vLLM one after another, so the engine lane alone leaves the
-# second core idle about half the time. TEST_WORKERS=0 runs everything in this one process.
+# pytest-xdist workers, in the two lanes tests/conftest.py explains; 0 runs everything in one process.
 TEST_WORKERS ?= 2
 
 test: setup

@@ -58,5 +58,15 @@ class EngineLaneScheduling(LoadScopeScheduling):
         return lane_of(nodeid)
 
 
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadScopeScheduling:
-    return EngineLaneScheduling(config, log)
+class EngineLanes:
+    """The lanes, as a plugin: registered only when pytest-xdist is loaded, as pytest refuses a
+    hook it has no specification for (``-p no:xdist`` stopped with an internal error)."""
+
+    @staticmethod
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadScopeScheduling:
+        return EngineLaneScheduling(config, log)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(EngineLanes(), "engine-lanes")

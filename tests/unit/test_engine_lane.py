@@ -4,6 +4,8 @@ them never hold engines side by side in two workers (memory)."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 from tests.conftest import ENGINE_LANE, ROOT, lane_of
 
@@ -23,3 +25,14 @@ def test_the_lanes() -> None:
     assert lane_of("tests/integration/gateway/test_gateway_limits.py::test_x") == ENGINE_LANE
     assert lane_of("tests/control_plane/deployments/test_faults.py::test_y[sqlite]") == ENGINE_LANE
     assert lane_of("tests/unit/test_chat.py::test_z") == "tests/unit/test_chat.py"
+
+
+def test_the_suite_runs_without_xdist_too() -> None:
+    # The lanes' hook is xdist's: registered without xdist, pytest stopped at collection with an
+    # internal error ("unknown hook 'pytest_xdist_make_scheduler'").
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
+         "tests/unit/test_engine_lane.py::test_the_lanes"],
+        check=False, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "1 passed" in ran.stdout

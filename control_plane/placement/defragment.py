@@ -5,11 +5,13 @@ that nothing of the right size fills, and engines that came when the large GPUs 
 small ones. Counted in GPUs in use, an offline repacking of the same versions needs about a third
 fewer (``bench/placement.py``). The planner proposes the moves that get part of that back.
 
-It drains GPUs one at a time, the cheapest first (fewest versions, smallest GPU, least booked):
-every deployment version with an engine on the GPU moves, all its engines together, to GPUs that
-pass the placement rules (healthy, not excluded, not its own, room for the booking it would need
-there, one node, equal sizes, on the nodes its request allows: a deployment names its own). A
-version goes to GPUs already in use, the tightest first, and opens an empty GPU only when that GPU
+It drains GPUs one at a time, the smallest first (their engines go to larger GPUs, of which fewer
+hold the same), then those with the fewest versions, then the least booked: every deployment
+version with an engine on the GPU moves, all its engines together, and so does every version on
+the GPUs those engines share (a tensor-parallel engine frees none of its GPUs while a neighbour
+stays), to GPUs that pass the placement rules (healthy, not excluded, not its own, room for the
+booking it would need there, one node, equal sizes, on the nodes its request allows: a deployment
+names its own). A version goes to GPUs already in use, the tightest first, and opens an empty GPU only when that GPU
 is larger than the one being drained, the largest first: the first drain onto it frees nothing,
 the next ones fill it. A drain that would leave more GPUs in use than before is not proposed, a
 version moves at most once per plan, and the plan ends at the drain after which the fewest GPUs
@@ -131,9 +133,25 @@ class _Scratch:
         return sum(1 for gpu in self.gpus.values() if gpu.booked)
 
     def sources(self) -> list[_Gpu]:
-        """GPUs in use, cheapest to drain first: fewest versions, smallest, least booked."""
+        """GPUs in use, the first to drain first: the smallest (their engines go to larger GPUs,
+        of which fewer hold the same), then the fewest versions, then the least booked."""
         return sorted((gpu for gpu in self.gpus.values() if gpu.booked),
-                      key=lambda gpu: (len(gpu.holders), gpu.total, gpu.booked, gpu.key))
+                      key=lambda gpu: (gpu.total, len(gpu.holders), gpu.booked, gpu.key))
+
+    def closure(self, source: _Gpu) -> list[_Gpu]:
+        """``source`` and every GPU sharing a version with it, and so on: what draining it
+        moves off, all of it on one node."""
+        seen = {source.key: source}
+        todo = [source]
+        while todo:
+            gpu = todo.pop()
+            for holder in gpu.holders:
+                for r in self.held.get(holder, ()):
+                    other = self.gpus.get((r.node, r.gpu_uuid))
+                    if other is not None and other.key not in seen:
+                        seen[other.key] = other
+                        todo.append(other)
+        return list(seen.values())
 
     def movable(self, holder: str) -> bool:
         """A GPU engine placed with a known request, on GPUs the fleet still reads, not moved
@@ -253,12 +271,13 @@ def plan_defragmentation(fleet: FleetState, requests: Mapping[str, PlacementRequ
         for source in scratch.sources():
             if source.key in frozen or not source.holders:
                 continue
-            holders = sorted(source.holders, key=lambda h: (
+            closure = scratch.closure(source)
+            holders = sorted({h for gpu in closure for h in gpu.holders}, key=lambda h: (
                 -_share(requests[h]) if h in requests else 0, h))
             if not all(map(scratch.movable, holders)) or \
                     sum(requests[h].replicas for h in holders) > engines_left:
                 continue
-            drain = _drain(scratch, holders, source, frozen | {source.key})
+            drain = _drain(scratch, holders, source, frozen | {gpu.key for gpu in closure})
             if drain is None:
                 continue
             cost = sum(move.bytes for move in drain[0].moves)

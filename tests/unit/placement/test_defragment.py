@@ -102,6 +102,36 @@ def test_a_version_moves_with_all_its_engines_onto_one_node() -> None:
     assert set(plan.freed) == {("a", "GPU-a-0"), ("a", "GPU-a-1")}
 
 
+def test_gpus_that_share_a_version_are_drained_together() -> None:
+    # X (tp 2) on a's GPUs 0-1 and Y (tp 2) on 1-2: no GPU of a empties unless both move, and
+    # they do, in one drain, onto b's two GPUs already in use: three GPUs freed, none opened.
+    x = request(8, tp=2, holder="x/prod@a:v1")
+    y = request(8, tp=2, holder="y/prod@a:v1")
+    held = [request(30, holder=f"w{i}/prod@b:v1") for i in range(2)]
+    state, requests = spread_fleet([node("a", [24] * 3), node("b", [80, 80])],
+                                   [(x, "a", (0, 1)), (y, "a", (1, 2)),
+                                    (held[0], "b", (0,)), (held[1], "b", (1,))])
+    plan = plan_defragmentation(state, requests, UNLIMITED)
+    booked = carry_out(state, plan)
+    assert sorted(m.holder for m in plan.moves) == [x.holder, y.holder]
+    assert set(plan.freed) == {("a", f"GPU-a-{i}") for i in range(3)} and not plan.opened
+    assert in_use(booked) == {("b", "GPU-b-0"), ("b", "GPU-b-1")}
+
+
+def test_the_smallest_gpus_are_drained_first() -> None:
+    # The budget allows one drain: the 24 GiB GPU's two engines go to the 141 GiB GPU, rather
+    # than the 80 GiB GPU's one (its engines go where a larger GPU holds them).
+    small = [request(5, holder=f"s{i}/prod@a:v1") for i in range(2)]
+    large = request(10, holder="l/prod@b:v1")
+    full = request(100, holder="f/prod@c:v1")
+    state, requests = spread_fleet([node("a", [24]), node("b", [80]), node("c", [141])],
+                                   [(small[0], "a", (0,)), (small[1], "a", (0,)),
+                                    (large, "b", (0,)), (full, "c", (0,))])
+    plan = plan_defragmentation(state, requests, MoveBudget(engines=2))
+    carry_out(state, plan)
+    assert plan.freed == (("a", "GPU-a-0"),) and plan.engines == 2
+
+
 def test_excluded_unhealthy_and_other_nodes_are_never_targets() -> None:
     base = request(10, holder="m0/prod@a:v1")
     pinned = PlacementRequest(**{**base.__dict__, "holder": "m1/prod@a:v1", "nodes": ("a",)})

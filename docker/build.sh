@@ -16,9 +16,21 @@ python="${PYTHON:-$root/.venv/bin/python}"
 wheelhouse="$root/.cache/wheelhouse"
 stamp="$wheelhouse/.lock"
 
+# Whatever this script started in the background is stopped when it exits, on a failure too (a
+# wheelhouse download that fails must not leave the bases' build running): each job's children
+# first, as a job is a shell running docker or debootstrap.
+bases="" server="" node_build=""
+stop_jobs() {
+  local pid
+  for pid in $bases $node_build $server; do
+    pkill -TERM -P "$pid" 2>/dev/null || true
+    kill "$pid" 2>/dev/null || true
+  done
+}
+trap stop_jobs EXIT
+
 # The local bases (debootstrap and apt) are made while pip downloads the wheelhouse: both wait
 # on their mirrors more than on a core.
-bases=""
 if [ "${BASE:-local}" = local ]; then
   bash docker/base/build-base.sh &
   bases=$!
@@ -35,7 +47,6 @@ fi
 port="$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$python" -m http.server --bind 127.0.0.1 --directory "$wheelhouse" "$port" >/dev/null 2>&1 &
 server=$!
-trap 'kill $server 2>/dev/null || true' EXIT
 for _ in $(seq 50); do
   "$python" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/', timeout=1)" 2>/dev/null && break
   sleep 0.1

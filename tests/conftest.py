@@ -13,7 +13,8 @@ The lanes are chosen here (``pytest_xdist_make_scheduler``) rather than with ``x
 marks: pytest-xdist 3.8 puts a mark's group into the test's node id through an attribute pytest
 9 no longer has, so the marks group nothing. The controller sees node ids only, so the engine
 lane is named by path below; tests/unit/test_engine_lane.py fails when a module marked
-``integration`` is missing from it.
+``integration`` is missing from it. They take the place of xdist's default distribution ("load")
+only: ``--dist loadfile``, ``each`` or another asked for by name runs as asked.
 
 A vLLM engine on a CPU also binds its compute threads to a core; left to itself ("auto") it takes
 core 0, whichever worker started it. Each worker's engines get the worker's own core (a test that
@@ -63,7 +64,12 @@ class EngineLanes:
     hook it has no specification for (``-p no:xdist`` stopped with an internal error)."""
 
     @staticmethod
-    def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadScopeScheduling:
+    def pytest_xdist_make_scheduler(config: pytest.Config,
+                                    log: object) -> LoadScopeScheduling | None:
+        # Only in place of xdist's default ("load"): a distribution asked for by name
+        # (``--dist loadfile``, ``each``...) is the one that runs. None: xdist's own choice.
+        if config.getoption("dist") != "load":
+            return None
         return EngineLaneScheduling(config, log)
 
 

@@ -36,3 +36,14 @@ def test_the_suite_runs_without_xdist_too() -> None:
         check=False, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "1 passed" in ran.stdout
+
+
+def test_a_distribution_asked_for_by_name_is_the_one_that_runs() -> None:
+    # The lanes replace xdist's default only: with ``--dist each`` every worker runs every test
+    # (the lanes would have run it once).
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+         "--dist", "each", "tests/unit/test_engine_lane.py::test_the_lanes"],
+        check=False, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "2 passed" in ran.stdout, ran.stdout

@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     node_parallel_loads: int = Field(
         default=4, ge=1, le=64, description="loads the reconciler runs at once on one node when "
         "it heals (a node that restarted empty gets every model back side by side)")
+    api_registration_threads: int = Field(
+        default=3, ge=1, le=64, description="registrations each API worker runs at once (source "
+        "read and hashed, then stored); the others wait their turn in order of arrival")
     read_cache: bool = Field(
         default=True, description="keep the hottest reads (token checks, model versions) in "
         "memory, emptied on PostgreSQL's change notifications (no effect on SQLite)")

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from control_plane.api_params import IfMatch, LabelFilter
 from control_plane.auth.dependencies import Reader, Writer
+from control_plane.auth.scopes import Actor
 from control_plane.cached_reads import Answer, cached_json
 from control_plane.db import transaction
 from control_plane.dependencies import AppSettings, DbSession
@@ -21,6 +22,7 @@ from control_plane.operations.dependencies import operation_id_of as _operation_
 from control_plane.operations.schemas import OperationOut
 from control_plane.pagination import Limit, Offset, Page, page_json
 from control_plane.read_cache import REGISTRY
+from control_plane.registration_threads import run_registration
 from control_plane.registry import aliases, service, tokenizer, validation
 from control_plane.registry.orm import Model, ModelAlias, ModelVersion
 from control_plane.registry.schemas import (
@@ -37,6 +39,7 @@ from control_plane.registry.schemas import (
     VersionUpdate,
 )
 from control_plane.registry.service import VersionConfigCheck
+from control_plane.settings import Settings
 
 router = APIRouter(prefix="/models", tags=["registry"],
                    responses=error_responses(401, 403, 422, 503))
@@ -105,13 +108,22 @@ def delete_model(name: ModelName, session: DbSession, actor: Writer, if_match: I
              responses={**error_responses(404),
                         200: {"model": VersionOut,
                               "description": "dry_run: the version it would register"}})
-def register_version(name: ModelName, body: VersionCreate, request: Request,
-                     actor: Writer, settings: AppSettings, config_check: ConfigCheck,
-                     idempotency_key: IdempotencyKeyHeader = None,
-                     dry_run: Annotated[bool, Query(
-                         description="check everything registration checks and answer 200 with "
-                                     "the version it would create; store nothing")] = False,
-                     ) -> JSONResponse:
+async def register_version(name: ModelName, body: VersionCreate, request: Request,
+                           actor: Writer, settings: AppSettings, config_check: ConfigCheck,
+                           idempotency_key: IdempotencyKeyHeader = None,
+                           dry_run: Annotated[bool, Query(
+                               description="check everything registration checks and answer "
+                                           "200 with the version it would create; store "
+                                           "nothing")] = False,
+                           ) -> JSONResponse:
+    # On a registration thread, in turn (control_plane/registration_threads.py).
+    return await run_registration(request.app.state.registration_threads, lambda: _register(
+        request, name, body, actor, settings, config_check, idempotency_key, dry_run))
+
+
+def _register(request: Request, name: str, body: VersionCreate, actor: Actor, settings: Settings,
+              config_check: VersionConfigCheck, idempotency_key: str | None,
+              dry_run: bool) -> JSONResponse:
     # The source is read and hashed (every file of a local model) before the transaction opens.
     inspected = service.inspect_version(name, body, settings.source_roots, config_check)
     # Without a key or a dry run, PostgreSQL stores the version in one statement (number,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from control_plane.registration_threads import registration_threads
 from tests.control_plane.conftest import parallel
 
 MODEL = "/api/v1/models/m"
@@ -103,3 +105,21 @@ def test_parallel_registrations_get_distinct_consecutive_numbers(
         assert preview.json()["number"] == PARALLEL + 1
         created = http.post(f"{MODEL}/versions", headers=writer, json={"source": "hf://org/m"})
         assert created.json()["number"] == PARALLEL + 1
+
+
+def test_registrations_on_one_thread_beside_other_writers_all_finish(
+        app: FastAPI, live_url: str, writer: dict[str, str], model: str) -> None:
+    # Registrations take turns on the app's registration threads (one here), while model PATCHes
+    # hold SQLite's writer turn or the model's row lock on the shared pool: neither waits for
+    # the other's threads, so everyone finishes, each registration numbered once. (Capping the
+    # shared pool instead, at 3 threads, deadlocked PATCHes waiting on the row lock.)
+    app.state.registration_threads = registration_threads(1)
+    registrations = [("POST", f"{live_url}{MODEL}/versions",
+                      {**writer, **({"Idempotency-Key": f"k{i}"} if i % 2 else {})},
+                      {"source": "hf://org/m"}) for i in range(PARALLEL)]
+    patches = [("PATCH", f"{live_url}{MODEL}", {**writer, "If-Match": "*"},
+                {"description": f"p{i}"}) for i in range(PARALLEL // 2)]
+    responses = parallel(registrations + patches)
+    assert [r.status_code for r in responses] == [201] * PARALLEL + [200] * (PARALLEL // 2)
+    assert sorted(r.json()["number"] for r in responses[:PARALLEL]) == \
+        list(range(1, PARALLEL + 1))

@@ -11,7 +11,9 @@ The same event stream runs five times: through the product's ``place_on_fleet()`
 loaded once placed so the readings show them); the same with defragmentation (every
 ``--defragment-every`` arrivals, the moves of ``plan_defragmentation()``, at most
 ``--defragment-engines`` engines, are carried out, each booked beside what is there and checked
-to fit before its old engines are released); the same with, after each of those plans, the moves
+to fit before its old engines are released; an arrival ``place()`` refuses gets the moves of
+``plan_room()`` that make room for it, carried out the same way, and is decided again: its decision
+time is the first call's); the same with, after each of those plans, the moves
 of a trial repack planner (``bench/placement_repack.py``: a MIP over a few neighbourhoods of
 nodes, ``--repack-rounds`` of them, ``--repack-seconds`` each); the same with no headroom (its
 packing alone); and
@@ -68,7 +70,7 @@ from bench.placement_stream import (
     simulate,
 )
 from control_plane.placement.accounting import booking_bytes, usable_bytes, utilization_for
-from control_plane.placement.defragment import Move, MoveBudget, plan_defragmentation
+from control_plane.placement.defragment import Move, MoveBudget, plan_defragmentation, plan_room
 from control_plane.placement.model import (
     Placement,
     PlacementRequest,
@@ -87,6 +89,9 @@ class Defragmenting:
     # Arrival (modulo ``every``) after which the plans run: mid-period puts the snapshots, at
     # multiples of a quarter of the stream, halfway between two plans rather than just after one.
     offset: int = 0
+    # A refused arrival gets the moves of ``plan_room()`` that make room for it, then is decided
+    # again (the moves and their planning are counted apart, not in the decision time).
+    make_room: bool = False
     # After each plan of ``plan_defragmentation()``, the moves of a repack (a trial planner with
     # a MIP, ``bench/placement_repack.py``) as well.
     repack: RepackSettings | None = None
@@ -114,6 +119,10 @@ def run_ours(versions: list[Version], headroom: float = HEADROOM,
         fleet.views[node] = replace(view, gpus=gpus)
         state.set_node(fleet.views[node])
 
+    live: Live = {}
+    # The room-making plans for refused arrivals, counted apart from the periodic ones.
+    run_room = Run("room")
+
     def decide(version: Version) -> tuple[Decided, float, float]:
         request = version.request
         if headroom != request.headroom_fraction:
@@ -121,6 +130,19 @@ def run_ours(versions: list[Version], headroom: float = HEADROOM,
         started, cpu = time.perf_counter(), time.thread_time()
         result = place_on_fleet(request, state)
         elapsed, cpu = time.perf_counter() - started, time.thread_time() - cpu
+        if not isinstance(result, Placement) and defragmenting is not None and \
+                defragmenting.make_room:
+            # Refused: the planner's moves that make room for it, then the decision again.
+            started = time.perf_counter()
+            room = plan_room(state, requests, request, defragmenting.budget)
+            run_room.planning_s.append(time.perf_counter() - started)
+            if room is not None:
+                carry_out(run_room, room.moves, live)
+                run_room.plans += 1
+                run_room.moves += len(room.moves)
+                run_room.engines_moved += room.engines
+                run_room.bytes_moved += room.bytes
+                result = place_on_fleet(request, state)
         if not isinstance(result, Placement):
             return None, elapsed, cpu
         # The engines load: their reservations become active and the readings show the memory.
@@ -188,8 +210,13 @@ def run_ours(versions: list[Version], headroom: float = HEADROOM,
     policy = f"place() best fit, headroom {headroom:g}" + (
         "" if defragmenting is None else ", defragmented" if defragmenting.repack is None
         else ", defragmented and repacked")
-    return simulate(policy, versions, fleet, decide, leave, snapshot_at,
-                    after_arrival=defragment if defragmenting is not None else None)
+    run = simulate(policy, versions, fleet, decide, leave, snapshot_at,
+                   after_arrival=defragment if defragmenting is not None else None, live=live)
+    run.moves_infeasible += run_room.moves_infeasible
+    run.room = Repacked(plans=run_room.plans, moves=run_room.moves,
+                        engines_moved=run_room.engines_moved, bytes_moved=run_room.bytes_moved,
+                        planning_s=run_room.planning_s)
+    return run
 
 
 def run_first_fit(versions: list[Version]) -> Run:
@@ -373,6 +400,12 @@ def summary(run: Run) -> dict[str, Any]:
             "plan_ms_p50": percentile(run.planning_s, 0.50) * 1000,
             "plan_ms_max": max(run.planning_s) * 1000}} if run.plans else {}),
         **({"repack": _repack_summary(run.repack, len(run.in_use))} if run.repack.plans else {}),
+        **({"room_for_refused": {
+            "plans_tried": len(run.room.planning_s), "plans": run.room.plans,
+            "moves": run.room.moves, "engines_moved": run.room.engines_moved,
+            "bytes_moved": run.room.bytes_moved,
+            "plan_ms_p50": percentile(run.room.planning_s, 0.50) * 1000,
+            "plan_ms_max": max(run.room.planning_s) * 1000}} if run.room.planning_s else {}),
     }
 
 
@@ -439,7 +472,7 @@ def main() -> None:
     snapshot_at = snapshot_arrivals(args.versions)
     ours_run = run_ours(versions, snapshot_at=snapshot_at)
     defragmenting = Defragmenting(args.defragment_every, MoveBudget(args.defragment_engines),
-                                  offset=args.defragment_every // 2)
+                                  offset=args.defragment_every // 2, make_room=True)
     moved_run = run_ours(versions, snapshot_at=snapshot_at, defragmenting=defragmenting)
     repacking = replace(defragmenting, repack=RepackSettings(rounds=args.repack_rounds,
                                                              seconds=args.repack_seconds))
@@ -479,6 +512,14 @@ def main() -> None:
         [[moved["plans"], moved["moves"], moved["engines_moved"], moved["bytes_moved"] / 2**40,
           moved["gpus_freed"], moved["moves_infeasible"], moved["plan_ms_p50"],
           moved["plan_ms_max"]]])
+    room = runs["place() best fit, defragmented"].get("room_for_refused")
+    if room is not None:
+        print_table(
+            "Room made for refused arrivals (plan_room(), then place() again)",
+            ["refusals planned for", "plans carried out", "moves", "engines moved",
+             "TiB loaded again", "plan ms p50", "plan ms max"],
+            [[room["plans_tried"], room["plans"], room["moves"], room["engines_moved"],
+              room["bytes_moved"] / 2**40, room["plan_ms_p50"], room["plan_ms_max"]]])
     if REPACKED in runs:
         both = runs[REPACKED]
         repacked = both["repack"]

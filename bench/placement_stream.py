@@ -93,6 +93,8 @@ class Run:
     planning_s: list[float] = field(default_factory=list)
     # With repacking as well: the same, for the repack plans alone.
     repack: Repacked = field(default_factory=Repacked)
+    # Plans that made room for refused arrivals (``plan_room()``): the same figures.
+    room: Repacked = field(default_factory=Repacked)
 
 
 @dataclass
@@ -192,14 +194,15 @@ AfterArrival = Callable[[Run, int, Live], None]
 
 def simulate(policy: str, versions: list[Version], fleet: Fleet, decide: Decide,
              on_leave: Leave, snapshot_at: frozenset[int] = frozenset(),
-             after_arrival: AfterArrival | None = None) -> Run:
+             after_arrival: AfterArrival | None = None, live: Live | None = None) -> Run:
     """Feed arrivals and departures to ``decide``; sample and verify after every event, and keep
     what is live at the arrivals numbered in ``snapshot_at`` (0 is the first)."""
     run = Run(policy, snapshot_at=snapshot_at)
     events = sorted([(v.arrival, 1, v) for v in versions]
                     + [(v.arrival + v.lifetime, 0, v) for v in versions],
                     key=lambda e: (e[0], e[1], e[2].number))
-    live: Live = {}
+    # ``live`` may be the caller's, for a ``decide`` that moves live versions to make room.
+    live = {} if live is None else live
     for _, arriving, version in events:
         if arriving:
             decided, elapsed, cpu = decide(version)

@@ -7,20 +7,28 @@ fewer (``bench/placement.py``). The planner proposes the moves that get part of 
 
 It drains GPUs one at a time, the smallest first (their engines go to larger GPUs, of which fewer
 hold the same), then those with the fewest versions, then the least booked: every deployment
-version with an engine on the GPU moves, all its engines together, and so does every version on
-the GPUs those engines share (a tensor-parallel engine frees none of its GPUs while a neighbour
-stays), to GPUs that pass the placement rules (healthy, not excluded, not its own, room for the
-booking it would need there, one node, equal sizes, on the nodes its request allows: a deployment
-names its own). A version goes to GPUs already in use, the tightest first, and opens an empty GPU only when that GPU
-is larger than the one being drained, the largest first: the first drain onto it frees nothing,
-the next ones fill it. A drain that would leave more GPUs in use than before is not proposed, a
-version moves at most once per plan, and the plan ends at the drain after which the fewest GPUs
-are in use, so it never ends on a GPU opened for nothing.
+version with an engine on the GPU moves, all its engines together, and so does every version on the
+GPUs those engines share (a tensor-parallel engine frees none of its GPUs while a neighbour stays),
+to GPUs that pass the placement rules (healthy, not excluded, not its own, room for the booking it
+would need there, one node, equal sizes, on the nodes its request allows: a deployment names its
+own). A version goes to GPUs already in use, the tightest first, and opens an empty GPU only when
+that GPU is larger than the one being drained, the largest first: the first drain onto it frees
+nothing, the next ones fill it. A version on several GPUs that fits no node as things stand
+(engines of tensor parallelism 4 or 8 on small GPUs, while the large ones are nearly full) gets
+room made on larger GPUs in use of one node: single-GPU versions move off them, the largest first,
+into room elsewhere, then it moves in (the nodes that need the least moved off are tried, three at
+most; a version no room could be made for is not tried again in the plan). A drain that would leave
+more GPUs in use than before is not proposed, a version moves at most once per plan, and the plan
+ends at the drain after which the fewest GPUs are in use, so it never ends on a GPU opened for
+nothing.
 
 Moves are make-before-break and feasible in order: each books its target beside what is booked
 after the moves before it, then releases its version's old reservations. A GPU a plan drains is
 never the target of a later move. The budget bounds the engines reloaded (and the bytes loaded
 again); a drain that does not fit in what is left of it is skipped.
+
+``plan_room()`` makes room the same way for a request ``place()`` refused, on GPUs in use of one
+node, and leaves its placement to ``place()``.
 
 Pure: it reads a ``FleetState`` and the requests its holders were placed with, and changes neither.
 """
@@ -128,6 +136,9 @@ class _Scratch:
         self.booked_before = {key: gpu.booked for key, gpu in self.gpus.items()}
         self._log: list[Move] = []
         self.moved: set[str] = set()
+        # Versions no room could be made for in this plan: not tried again (it costs a search
+        # of every node, and what changes between two tries rarely makes room).
+        self.no_room: set[str] = set()
 
     def in_use(self) -> int:
         return sum(1 for gpu in self.gpus.values() if gpu.booked)
@@ -212,8 +223,67 @@ class _Scratch:
         self.moved.add(holder)
         return move
 
+    def move_making_room(self, holder: str, frozen: set[GpuKey], larger_than: int,
+                         nodes_tried: int = 3) -> Move | None:
+        """Move ``holder`` (several GPUs) onto GPUs larger than ``larger_than`` of one node,
+        after moving single-GPU versions off them into room elsewhere; None when no node of the
+        ``nodes_tried`` that need the least moved off can be made to fit."""
+        if holder in self.no_room:
+            return None
+        request = self.requests[holder]
+        own = {(r.node, r.gpu_uuid) for r in self.held[holder]}
+        needed = request.tensor_parallel_size * request.replicas
+        options: list[tuple[int, str, list[tuple[int, _Gpu]]]] = []
+        for node in request.nodes or self.targets:
+            groups: dict[int, list[tuple[int, _Gpu]]] = {}
+            for gpu in self.targets.get(node, ()):
+                if gpu.total <= larger_than or gpu.key in frozen or gpu.key in own or \
+                        not gpu.booked:
+                    continue
+                booking, usable = engine_fit(request.bytes_per_gpu, request.headroom_fraction,
+                                             gpu.total)
+                short = gpu.booked + gpu.foreign + booking - usable
+                if short > 0 and short > sum(self._single(h) for h in gpu.holders):
+                    continue
+                groups.setdefault(gpu.total, []).append((max(short, 0), gpu))
+            for group in groups.values():
+                if len(group) >= needed:
+                    chosen = sorted(group, key=lambda item: (item[0], item[1].index))[:needed]
+                    options.append((sum(short for short, _ in chosen), node, chosen))
+        for _, _, chosen in sorted(options, key=lambda option: option[:2])[:nodes_tried]:
+            mark = self.mark()
+            room = frozen | {gpu.key for _, gpu in chosen}
+            for short, gpu in chosen:
+                # Largest first: the fewest moved to cover the shortfall.
+                for other in sorted(gpu.holders, key=self._single, reverse=True):
+                    if short <= 0:
+                        break
+                    size = self._single(other)
+                    if size and self.move(other, room, opens_above=gpu.total) is not None:
+                        short -= size
+                if short > 0:
+                    break
+            else:
+                moved = self.move(holder, frozen, opens_above=larger_than)
+                if moved is not None:
+                    return moved
+            self.undo(mark)
+        self.no_room.add(holder)
+        return None
+
+    def _single(self, holder: str) -> int:
+        """The bytes of ``holder``'s one engine if it is a movable single-GPU version, else 0."""
+        request = self.requests.get(holder)
+        if request is None or request.tensor_parallel_size * request.replicas != 1 or \
+                not self.movable(holder):
+            return 0
+        return self.held[holder][0].bytes
+
     def mark(self) -> int:
         return len(self._log)
+
+    def moves_since(self, mark: int) -> list[Move]:
+        return self._log[mark:]
 
     def undo(self, mark: int) -> None:
         """Take back the moves made since ``mark``, the last first."""
@@ -281,7 +351,8 @@ def plan_defragmentation(fleet: FleetState, requests: Mapping[str, PlacementRequ
             if drain is None:
                 continue
             cost = sum(move.bytes for move in drain[0].moves)
-            if bytes_left is not None and cost > bytes_left:
+            if sum(move.engines for move in drain[0].moves) > engines_left or \
+                    (bytes_left is not None and cost > bytes_left):
                 scratch.undo(drain[1])
                 continue
             drains.append(drain[0])
@@ -301,18 +372,47 @@ def plan_defragmentation(fleet: FleetState, requests: Mapping[str, PlacementRequ
                                gpus_in_use_after=before - len(freed) + len(opened))
 
 
+def plan_room(fleet: FleetState, requests: Mapping[str, PlacementRequest],
+              request: PlacementRequest, budget: MoveBudget) -> DefragmentationPlan | None:
+    """Moves, within ``budget``, of single-GPU versions off GPUs already in use of one node, after
+    which ``request`` (refused where things stand) fits there; None when no such moves exist.
+    They make room in large GPUs for what only large GPUs hold. The plan's figures count its
+    moves alone, before the request is placed (``place()`` places it, once they are done)."""
+    scratch = _Scratch(fleet, {**requests, request.holder: request})
+    scratch.held.setdefault(request.holder, [])
+    before = scratch.in_use()
+    mark = scratch.mark()
+    if scratch.move_making_room(request.holder, set(), larger_than=0) is None:
+        return None
+    # The request's own placement is left to place(): only the moves that made room.
+    moves = [move for move in scratch.moves_since(mark) if move.holder != request.holder]
+    if not moves or sum(move.engines for move in moves) > budget.engines or (
+            budget.bytes is not None and sum(move.bytes for move in moves) > budget.bytes):
+        return None
+    changes = _changes(moves)
+    opened = tuple(sorted(key for key, change in changes.items()
+                          if not scratch.booked_before[key] and change))
+    freed = tuple(sorted(key for key, change in changes.items()
+                         if scratch.booked_before[key] and not scratch.booked_before[key] + change))
+    return DefragmentationPlan(moves=tuple(moves), freed=freed, opened=opened,
+                               gpus_in_use_before=before,
+                               gpus_in_use_after=before - len(freed) + len(opened))
+
+
 def _drain(scratch: _Scratch, holders: list[str], source: _Gpu,
            frozen: set[GpuKey]) -> tuple[_Drain, int] | None:
     """Move every holder off ``source``, or nothing (None) when one cannot move or the drain
     would leave more GPUs in use, or as many with nothing larger opened."""
     mark = scratch.mark()
-    moves = []
     for holder in holders:
         move = scratch.move(holder, frozen, opens_above=source.total)
+        if move is None and _gpus(scratch.requests[holder]) > 1:
+            move = scratch.move_making_room(holder, frozen, larger_than=source.total)
         if move is None:
             scratch.undo(mark)
             return None
-        moves.append(move)
+    # The holders' moves and those that made room for them, in order.
+    moves = scratch.moves_since(mark)
     # What the drain changed on each GPU it touched: booked after, less the change, was before.
     changes = _changes(moves)
     freed = sorted(key for key, change in changes.items()
@@ -346,6 +446,10 @@ def _best_prefix(drains: list[_Drain]) -> list[_Drain]:
         if gain > best:
             best, cut = gain, i + 1
     return drains[:cut]
+
+
+def _gpus(request: PlacementRequest) -> int:
+    return request.tensor_parallel_size * request.replicas
 
 
 def _share(request: PlacementRequest) -> int:

@@ -15,8 +15,10 @@ from control_plane.placement.defragment import (
     DefragmentationPlan,
     MoveBudget,
     plan_defragmentation,
+    plan_room,
 )
-from control_plane.placement.model import Device, NodeView, PlacementRequest
+from control_plane.placement.model import Device, NodeView, Placement, PlacementRequest
+from control_plane.placement.place import place_on_fleet
 from control_plane.placement.state import FleetState
 
 from .fleet import carry_out, fleet_of, gpu, in_use, node, random_fleet, request, spread_fleet
@@ -130,6 +132,50 @@ def test_the_smallest_gpus_are_drained_first() -> None:
     plan = plan_defragmentation(state, requests, MoveBudget(engines=2))
     carry_out(state, plan)
     assert plan.freed == (("a", "GPU-a-0"),) and plan.engines == 2
+
+
+def test_room_is_made_on_larger_gpus_for_a_version_on_several() -> None:
+    # X (tp 2, 15 GiB a GPU) alone on a's two 24 GiB GPUs fits no node as things stand: b's GPU 0
+    # lacks 9 GiB. W (60 GiB) moves off it to c, then X to b: a's two GPUs freed, none opened.
+    # GPU by GPU, no drain frees anything: c's V takes b's last room, and W and Y then stay.
+    x = request(15, tp=2, holder="x/prod@a:v1")
+    w, y = request(60, holder="w/prod@b:v1"), request(10, holder="y/prod@b:v1")
+    t, v = request(50, holder="t/prod@b:v1"), request(10, holder="v/prod@c:v1")
+    state, requests = spread_fleet([node("a", [24, 24]), node("b", [80, 80]), node("c", [80])],
+                                   [(x, "a", (0, 1)), (w, "b", (0,)), (y, "b", (0,)),
+                                    (t, "b", (1,)), (v, "c", (0,))])
+    plan = plan_defragmentation(state, requests, UNLIMITED)
+    booked = carry_out(state, plan)
+    assert [m.holder for m in plan.moves][:2] == [w.holder, x.holder]
+    assert plan.moves[0].target.node == "c" and plan.moves[1].target.node == "b"
+    assert {("a", "GPU-a-0"), ("a", "GPU-a-1")} <= set(plan.freed) and not plan.opened
+    assert len(in_use(booked)) == plan.gpus_in_use_after == 3
+
+
+def test_room_is_made_for_a_refused_request() -> None:
+    # 70 GiB fits no GPU: c's lacks 4 GiB, h's 16. V (10 GiB) moves off c's to h's, then it fits.
+    v = request(10, holder="v/prod@c:v1")
+    s1, s2 = request(40, holder="s1/prod@h:v1"), request(40, holder="s2/prod@h:v1")
+    state, requests = spread_fleet([node("c", [80]), node("h", [141])],
+                                   [(v, "c", (0,)), (s1, "h", (0,)), (s2, "h", (0,))])
+    refused = request(70, holder="r/prod@c:v1")
+    assert not isinstance(place_on_fleet(refused, state), Placement)
+    plan = plan_room(state, requests, refused, UNLIMITED)
+    assert plan is not None and [m.holder for m in plan.moves] == [v.holder]
+    carry_out(state, plan)
+    for move in plan.moves:
+        state.book(move.target.reservations)
+        state.release(move.release)
+    placed = place_on_fleet(refused, state)
+    assert isinstance(placed, Placement) and placed.node == "c"
+    # The plan counts its moves alone: c's GPU is empty until the request takes it.
+    assert (plan.gpus_in_use_before, plan.gpus_in_use_after) == (2, 1)
+
+
+def test_no_room_plan_when_none_can_be_made() -> None:
+    asked = [request(60, holder=f"m{i}/prod@a:v1") for i in range(2)]
+    state, requests = fleet_of([node("a", [80, 80])], asked)
+    assert plan_room(state, requests, request(60, holder="r/prod@a:v1"), UNLIMITED) is None
 
 
 def test_excluded_unhealthy_and_other_nodes_are_never_targets() -> None:

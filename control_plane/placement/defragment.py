@@ -13,14 +13,13 @@ to GPUs that pass the placement rules (healthy, not excluded, not its own, room 
 would need there, one node, equal sizes, on the nodes its request allows: a deployment names its
 own). A version goes to GPUs already in use, the tightest first, and opens an empty GPU only when
 that GPU is larger than the one being drained, the largest first: the first drain onto it frees
-nothing, the next ones fill it. A version on several GPUs that fits no node as things stand
-(engines of tensor parallelism 4 or 8 on small GPUs, while the large ones are nearly full) gets
-room made on larger GPUs in use of one node: single-GPU versions move off them, the largest first,
-into room elsewhere, then it moves in (the nodes that need the least moved off are tried, three at
-most; a version no room could be made for is not tried again in the plan). A drain that would leave
-more GPUs in use than before is not proposed, a version moves at most once per plan, and the plan
-ends at the drain after which the fewest GPUs are in use, so it never ends on a GPU opened for
-nothing.
+nothing, the next ones fill it. A version that fits nowhere as things stand (typically engines of
+tensor parallelism 4 or 8 on small GPUs, while the large ones are nearly full) gets room made on
+larger GPUs in use of one node: single-GPU versions move off them, the largest first, into room
+elsewhere, then it moves in (the nodes that need the least moved off are tried, six at most; a
+version no room could be made for is not tried again in the plan). A drain that would leave more
+GPUs in use than before is not proposed, a version moves at most once per plan, and the plan ends
+at the drain after which the fewest GPUs are in use, so it never ends on a GPU opened for nothing.
 
 Moves are make-before-break and feasible in order: each books its target beside what is booked
 after the moves before it, then releases its version's old reservations. A GPU a plan drains is
@@ -224,8 +223,8 @@ class _Scratch:
         return move
 
     def move_making_room(self, holder: str, frozen: set[GpuKey], larger_than: int,
-                         nodes_tried: int = 3) -> Move | None:
-        """Move ``holder`` (several GPUs) onto GPUs larger than ``larger_than`` of one node,
+                         nodes_tried: int = 6) -> Move | None:
+        """Move ``holder`` onto GPUs in use larger than ``larger_than`` of one node,
         after moving single-GPU versions off them into room elsewhere; None when no node of the
         ``nodes_tried`` that need the least moved off can be made to fit."""
         if holder in self.no_room:
@@ -406,7 +405,7 @@ def _drain(scratch: _Scratch, holders: list[str], source: _Gpu,
     mark = scratch.mark()
     for holder in holders:
         move = scratch.move(holder, frozen, opens_above=source.total)
-        if move is None and _gpus(scratch.requests[holder]) > 1:
+        if move is None:
             move = scratch.move_making_room(holder, frozen, larger_than=source.total)
         if move is None:
             scratch.undo(mark)
@@ -446,10 +445,6 @@ def _best_prefix(drains: list[_Drain]) -> list[_Drain]:
         if gain > best:
             best, cut = gain, i + 1
     return drains[:cut]
-
-
-def _gpus(request: PlacementRequest) -> int:
-    return request.tensor_parallel_size * request.replicas
 
 
 def _share(request: PlacementRequest) -> int:

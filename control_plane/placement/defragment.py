@@ -360,15 +360,8 @@ def plan_defragmentation(fleet: FleetState, requests: Mapping[str, PlacementRequ
             if bytes_left is not None:
                 bytes_left -= cost
             progress = True
-    kept = [move for drain in _best_prefix(drains) for move in drain.moves]
-    changes = _changes(kept)
-    freed = tuple(sorted(key for key, change in changes.items()
-                         if scratch.booked_before[key] and not scratch.booked_before[key] + change))
-    opened = tuple(sorted(key for key, change in changes.items()
-                          if not scratch.booked_before[key] and scratch.booked_before[key] + change))
-    return DefragmentationPlan(moves=tuple(kept), freed=freed, opened=opened,
-                               gpus_in_use_before=before,
-                               gpus_in_use_after=before - len(freed) + len(opened))
+    return _plan_of(scratch, [move for drain in _best_prefix(drains) for move in drain.moves],
+                    before)
 
 
 def plan_room(fleet: FleetState, requests: Mapping[str, PlacementRequest],
@@ -388,11 +381,17 @@ def plan_room(fleet: FleetState, requests: Mapping[str, PlacementRequest],
     if not moves or sum(move.engines for move in moves) > budget.engines or (
             budget.bytes is not None and sum(move.bytes for move in moves) > budget.bytes):
         return None
+    return _plan_of(scratch, moves, before)
+
+
+def _plan_of(scratch: _Scratch, moves: list[Move], before: int) -> DefragmentationPlan:
+    """``moves`` as a plan: the GPUs they leave empty and open, read against what each GPU held
+    before any move, and the GPUs in use before and after."""
     changes = _changes(moves)
-    opened = tuple(sorted(key for key, change in changes.items()
-                          if not scratch.booked_before[key] and change))
     freed = tuple(sorted(key for key, change in changes.items()
                          if scratch.booked_before[key] and not scratch.booked_before[key] + change))
+    opened = tuple(sorted(key for key, change in changes.items()
+                          if not scratch.booked_before[key] and change))
     return DefragmentationPlan(moves=tuple(moves), freed=freed, opened=opened,
                                gpus_in_use_before=before,
                                gpus_in_use_after=before - len(freed) + len(opened))

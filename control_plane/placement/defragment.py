@@ -29,7 +29,9 @@ again); a drain that does not fit in what is left of it is skipped.
 ``plan_room()`` makes room the same way for a request ``place()`` refused, on GPUs in use of one
 node, and leaves its placement to ``place()``.
 
-Pure: it reads a ``FleetState`` and the requests its holders were placed with, and changes neither.
+Pure and deterministic: it reads a ``FleetState`` and the requests its holders were placed with,
+changes neither, and gives the same plan for them in every process (ties are broken by name, never
+by a set's order).
 """
 
 from __future__ import annotations
@@ -253,8 +255,9 @@ class _Scratch:
             mark = self.mark()
             room = frozen | {gpu.key for _, gpu in chosen}
             for short, gpu in chosen:
-                # Largest first: the fewest moved to cover the shortfall.
-                for other in sorted(gpu.holders, key=self._single, reverse=True):
+                # Largest first: the fewest moved to cover the shortfall (then by holder: a
+                # set's order changes from process to process, and the plan must not).
+                for other in sorted(gpu.holders, key=lambda h: (-self._single(h), h)):
                     if short <= 0:
                         break
                     size = self._single(other)

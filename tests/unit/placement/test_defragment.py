@@ -7,7 +7,12 @@ GPUs the plan says it frees hold nothing afterwards, and the count of GPUs in us
 
 from __future__ import annotations
 
+import ast
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -176,6 +181,33 @@ def test_no_room_plan_when_none_can_be_made() -> None:
     asked = [request(60, holder=f"m{i}/prod@a:v1") for i in range(2)]
     state, requests = fleet_of([node("a", [80, 80])], asked)
     assert plan_room(state, requests, request(60, holder="r/prod@a:v1"), UNLIMITED) is None
+
+
+def tied_plan() -> list[tuple[str, str, tuple[tuple[int, ...], ...]]]:
+    """A plan that has to choose between two equal versions: W1 or W2 (30 GiB each) moves off
+    b's GPU 0 to c to make room for X (tp 2, off a's small GPUs); one is enough."""
+    x = request(15, tp=2, holder="x/prod@a:v1")
+    w1, w2 = request(30, holder="w1/prod@b:v1"), request(30, holder="w2/prod@b:v1")
+    t, y = request(10, holder="t/prod@b:v1"), request(50, holder="y/prod@b:v1")
+    v = request(10, holder="v/prod@c:v1")
+    state, requests = spread_fleet([node("a", [24, 24]), node("b", [80, 80]), node("c", [80])],
+                                   [(x, "a", (0, 1)), (w1, "b", (0,)), (w2, "b", (0,)),
+                                    (t, "b", (0,)), (y, "b", (1,)), (v, "c", (0,))])
+    plan = plan_defragmentation(state, requests, UNLIMITED)
+    carry_out(state, plan)
+    return [(m.holder, m.target.node, m.target.engines) for m in plan.moves]
+
+
+def test_the_same_fleet_gets_the_same_plan_in_every_process() -> None:
+    # A set of holders iterates in an order that changes with the process's hash seed: an
+    # operator rerunning a plan, or a second replica computing it, must get the same moves.
+    code = "from placement.test_defragment import tied_plan; print(tied_plan())"
+    plans = {subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[1],
+                            env={**os.environ, "PYTHONHASHSEED": str(seed)}, check=True,
+                            capture_output=True, text=True).stdout for seed in range(8)}
+    assert len(plans) == 1, plans
+    moves = [(holder, target) for holder, target, _ in ast.literal_eval(plans.pop())]
+    assert moves[:2] == [("w1/prod@b:v1", "c"), ("x/prod@a:v1", "b")]
 
 
 def test_excluded_unhealthy_and_other_nodes_are_never_targets() -> None:

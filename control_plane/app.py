@@ -45,7 +45,7 @@ from control_plane.operations.runner import OperationRunner
 from control_plane.promotions.driver import PromotionDriver
 from control_plane.promotions.routes import router as promotions_router
 from control_plane.read_cache import ChangeListener, ReadCache, watch_local_writes
-from control_plane.registration_threads import registration_threads
+from control_plane.registration_threads import RegistrationThreads
 from control_plane.registry import validation
 from control_plane.registry.routes import router as registry_router
 from control_plane.reservations.placer import Placer
@@ -227,7 +227,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.state.metrics = metrics
     app.state.session_factory = session_factory
     app.state.read_cache = read_cache
-    app.state.registration_threads = registration_threads(settings.api_registration_threads)
+    app.state.registration_threads = RegistrationThreads(settings.api_registration_threads)
     app.state.operation_runner = runner
     app.state.promotion_driver = promotion_driver
     app.state.reconciler = reconciler

@@ -26,11 +26,13 @@ from anyio import CapacityLimiter
 T = TypeVar("T")
 
 
-def registration_threads(count: int) -> CapacityLimiter:
-    """An app's limiter; made with the app, it binds to the loop that first uses it."""
-    return CapacityLimiter(count)
+class RegistrationThreads:
+    """An app's registration threads; made with the app, they bind to the loop that first
+    uses them."""
 
+    def __init__(self, count: int) -> None:
+        self._limiter = CapacityLimiter(count)
 
-async def run_registration(limiter: CapacityLimiter, work: Callable[[], T]) -> T:
-    """``work()`` on one of ``limiter``'s threads, after the registrations that asked before."""
-    return await anyio.to_thread.run_sync(work, limiter=limiter)
+    async def run(self, work: Callable[[], T]) -> T:
+        """``work()`` on one of the threads, after the registrations that asked before."""
+        return await anyio.to_thread.run_sync(work, limiter=self._limiter)

@@ -22,7 +22,7 @@ from control_plane.operations.dependencies import operation_id_of as _operation_
 from control_plane.operations.schemas import OperationOut
 from control_plane.pagination import Limit, Offset, Page, page_json
 from control_plane.read_cache import REGISTRY
-from control_plane.registration_threads import run_registration
+from control_plane.registration_threads import RegistrationThreads
 from control_plane.registry import aliases, service, tokenizer, validation
 from control_plane.registry.orm import Model, ModelAlias, ModelVersion
 from control_plane.registry.schemas import (
@@ -117,7 +117,8 @@ async def register_version(name: ModelName, body: VersionCreate, request: Reques
                                            "nothing")] = False,
                            ) -> JSONResponse:
     # On a registration thread, in turn (control_plane/registration_threads.py).
-    return await run_registration(request.app.state.registration_threads, lambda: _register(
+    threads: RegistrationThreads = request.app.state.registration_threads
+    return await threads.run(lambda: _register(
         request, name, body, actor, settings, config_check, idempotency_key, dry_run))
 
 

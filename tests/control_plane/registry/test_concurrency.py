@@ -7,7 +7,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from control_plane.registration_threads import registration_threads
+from control_plane.registration_threads import RegistrationThreads
 from tests.control_plane.conftest import parallel
 
 MODEL = "/api/v1/models/m"
@@ -113,7 +113,7 @@ def test_registrations_on_one_thread_beside_other_writers_all_finish(
     # hold SQLite's writer turn or the model's row lock on the shared pool: neither waits for
     # the other's threads, so everyone finishes, each registration numbered once. (Capping the
     # shared pool instead, at 3 threads, deadlocked PATCHes waiting on the row lock.)
-    app.state.registration_threads = registration_threads(1)
+    app.state.registration_threads = RegistrationThreads(1)
     registrations = [("POST", f"{live_url}{MODEL}/versions",
                       {**writer, **({"Idempotency-Key": f"k{i}"} if i % 2 else {})},
                       {"source": "hf://org/m"}) for i in range(PARALLEL)]

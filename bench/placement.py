@@ -63,7 +63,7 @@ from bench.placement_stream import (
     Decided,
     Fleet,
     Live,
-    Repacked,
+    Planned,
     Run,
     Version,
     make_versions,
@@ -120,8 +120,9 @@ def run_ours(versions: list[Version], headroom: float = HEADROOM,
         state.set_node(fleet.views[node])
 
     live: Live = {}
-    # The room-making plans for refused arrivals, counted apart from the periodic ones.
-    run_room = Run("room")
+    run = Run(f"place() best fit, headroom {headroom:g}" + (
+        "" if defragmenting is None else ", defragmented" if defragmenting.repack is None
+        else ", defragmented and repacked"), snapshot_at=snapshot_at)
 
     def decide(version: Version) -> tuple[Decided, float, float]:
         request = version.request
@@ -135,13 +136,9 @@ def run_ours(versions: list[Version], headroom: float = HEADROOM,
             # Refused: the planner's moves that make room for it, then the decision again.
             started = time.perf_counter()
             room = plan_room(state, requests, request, defragmenting.budget)
-            run_room.planning_s.append(time.perf_counter() - started)
+            run.room.count(room, time.perf_counter() - started)
             if room is not None:
-                carry_out(run_room, room.moves, live)
-                run_room.plans += 1
-                run_room.moves += len(room.moves)
-                run_room.engines_moved += room.engines
-                run_room.bytes_moved += room.bytes
+                carry_out(room.moves)
                 result = place_on_fleet(request, state)
         if not isinstance(result, Placement):
             return None, elapsed, cpu
@@ -161,7 +158,7 @@ def run_ours(versions: list[Version], headroom: float = HEADROOM,
         refresh(reservations[0].node)
         del requests[version.request.holder], numbers[version.request.holder]
 
-    def carry_out(run: Run, moves: tuple[Move, ...], live: Live) -> None:
+    def carry_out(moves: tuple[Move, ...]) -> None:
         for move in moves:
             # Make-before-break, checked with the bench's own sums: the target must fit beside
             # what is booked now, less the headroom, before the old engines are released.
@@ -182,41 +179,23 @@ def run_ours(versions: list[Version], headroom: float = HEADROOM,
             number = numbers[move.holder]
             live[number] = (loaded, fleet.kind_of[target.node], live[number][2])
 
-    def defragment(run: Run, arrival: int, live: Live) -> None:
+    def defragment(arrival: int) -> None:
         if defragmenting is None or arrival % defragmenting.every != defragmenting.offset:
             return
         started = time.perf_counter()
         plan = plan_defragmentation(state, requests, defragmenting.budget)
-        run.planning_s.append(time.perf_counter() - started)
-        carry_out(run, plan.moves, live)
-        run.plans += 1
-        run.moves += len(plan.moves)
-        run.engines_moved += plan.engines
-        run.bytes_moved += plan.bytes
-        run.gpus_freed += plan.gpus_in_use_before - plan.gpus_in_use_after
+        run.defragmentation.count(plan, time.perf_counter() - started)
+        carry_out(plan.moves)
         if defragmenting.repack is None:
             return
         started = time.perf_counter()
         repacked = plan_repack(state, requests, defragmenting.repack, turn=run.repack.plans,
                                stats=run.repack.solver)
-        run.repack.planning_s.append(time.perf_counter() - started)
-        carry_out(run, repacked.moves, live)
-        run.repack.plans += 1
-        run.repack.moves += len(repacked.moves)
-        run.repack.engines_moved += repacked.engines
-        run.repack.bytes_moved += repacked.bytes
-        run.repack.gpus_freed += repacked.gpus_in_use_before - repacked.gpus_in_use_after
+        run.repack.count(repacked, time.perf_counter() - started)
+        carry_out(repacked.moves)
 
-    policy = f"place() best fit, headroom {headroom:g}" + (
-        "" if defragmenting is None else ", defragmented" if defragmenting.repack is None
-        else ", defragmented and repacked")
-    run = simulate(policy, versions, fleet, decide, leave, snapshot_at,
-                   after_arrival=defragment if defragmenting is not None else None, live=live)
-    run.moves_infeasible += run_room.moves_infeasible
-    run.room = Repacked(plans=run_room.plans, moves=run_room.moves,
-                        engines_moved=run_room.engines_moved, bytes_moved=run_room.bytes_moved,
-                        planning_s=run_room.planning_s)
-    return run
+    return simulate(run, versions, fleet, decide, leave,
+                    after_arrival=defragment if defragmenting is not None else None, live=live)
 
 
 def run_first_fit(versions: list[Version]) -> Run:
@@ -255,7 +234,7 @@ def run_first_fit(versions: list[Version]) -> Run:
             free[(reservation.node, reservation.gpu_uuid)] += reservation.bytes
             holders[(reservation.node, reservation.gpu_uuid)].discard(reservation.holder)
 
-    return simulate("naive first fit", versions, fleet, decide, leave)
+    return simulate(Run("naive first fit"), versions, fleet, decide, leave)
 
 
 # Arrivals at which the offline optimum is computed, as fractions of the stream: ramp-up, the
@@ -394,11 +373,14 @@ def summary(run: Run) -> dict[str, Any]:
         "decision_cpu_ms_p50": percentile(run.decision_cpu_s, 0.50) * 1000,
         "decision_cpu_ms_p99": percentile(run.decision_cpu_s, 0.99) * 1000,
         **({"defragmentation": {
-            "plans": run.plans, "moves": run.moves, "engines_moved": run.engines_moved,
-            "bytes_moved": run.bytes_moved, "gpus_freed": run.gpus_freed,
+            "plans": run.defragmentation.plans, "moves": run.defragmentation.moves,
+            "engines_moved": run.defragmentation.engines_moved,
+            "bytes_moved": run.defragmentation.bytes_moved,
+            "gpus_freed": run.defragmentation.gpus_freed,
             "moves_infeasible": run.moves_infeasible,
-            "plan_ms_p50": percentile(run.planning_s, 0.50) * 1000,
-            "plan_ms_max": max(run.planning_s) * 1000}} if run.plans else {}),
+            "plan_ms_p50": percentile(run.defragmentation.planning_s, 0.50) * 1000,
+            "plan_ms_max": max(run.defragmentation.planning_s) * 1000}}
+            if run.defragmentation.plans else {}),
         **({"repack": _repack_summary(run.repack, len(run.in_use))} if run.repack.plans else {}),
         **({"room_for_refused": {
             "plans_tried": len(run.room.planning_s), "plans": run.room.plans,
@@ -409,7 +391,7 @@ def summary(run: Run) -> dict[str, Any]:
     }
 
 
-def _repack_summary(repack: Repacked, arrivals: int) -> dict[str, Any]:
+def _repack_summary(repack: Planned, arrivals: int) -> dict[str, Any]:
     solver = repack.solver
     return {
         "plans": repack.plans, "moves": repack.moves, "engines_moved": repack.engines_moved,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from bench.placement_repack import RepackStats
 from control_plane.gpus.readings import GpuReading
+from control_plane.placement.defragment import DefragmentationPlan
 from control_plane.placement.estimate import ModelProfile, estimate_memory
 from control_plane.placement.model import Device, NodeView, PlacementRequest, Reservation
 
@@ -49,16 +50,28 @@ class Version:
 
 
 @dataclass
-class Repacked:
-    """The repack plans carried out in a run, what they moved, and the solver's figures."""
+class Planned:
+    """One planner's plans in a run: how long each took, those carried out, what they moved
+    and, for the repack, the solver's figures."""
 
     plans: int = 0
     moves: int = 0
     engines_moved: int = 0
     bytes_moved: int = 0
     gpus_freed: int = 0
+    # Every plan asked for, carried out or not.
     planning_s: list[float] = field(default_factory=list)
     solver: RepackStats = field(default_factory=RepackStats)
+
+    def count(self, plan: DefragmentationPlan | None, seconds: float) -> None:
+        """A plan that took ``seconds``, carried out unless None (none found)."""
+        self.planning_s.append(seconds)
+        if plan is not None:
+            self.plans += 1
+            self.moves += len(plan.moves)
+            self.engines_moved += plan.engines
+            self.bytes_moved += plan.bytes
+            self.gpus_freed += plan.gpus_in_use_before - plan.gpus_in_use_after
 
 
 @dataclass
@@ -82,19 +95,14 @@ class Run:
     snapshot_at: frozenset[int] = frozenset()
     snapshots: dict[int, list[tuple[tuple[Reservation, ...], Version]]] = field(
         default_factory=dict)
-    # With defragmentation: the plans applied, their moves and what those cost.
-    plans: int = 0
-    moves: int = 0
-    engines_moved: int = 0
-    bytes_moved: int = 0
-    gpus_freed: int = 0
-    # Moves whose target did not fit beside what was booked when they ran (never expected).
+    # With defragmentation: the periodic plans (``plan_defragmentation()``), those of the repack
+    # after each (a trial), and those that made room for refused arrivals (``plan_room()``).
+    defragmentation: Planned = field(default_factory=Planned)
+    repack: Planned = field(default_factory=Planned)
+    room: Planned = field(default_factory=Planned)
+    # Moves, of any plan, whose target did not fit beside what was booked when they ran (never
+    # expected).
     moves_infeasible: int = 0
-    planning_s: list[float] = field(default_factory=list)
-    # With repacking as well: the same, for the repack plans alone.
-    repack: Repacked = field(default_factory=Repacked)
-    # Plans that made room for refused arrivals (``plan_room()``): the same figures.
-    room: Repacked = field(default_factory=Repacked)
 
 
 @dataclass
@@ -189,15 +197,15 @@ Leave = Callable[[Version, tuple[Reservation, ...]], None]
 # Live versions by number: their reservations, the GPU kind they run on, the version.
 Live = dict[int, tuple[tuple[Reservation, ...], str, Version]]
 # Called after every arrival, with the arrival's number (0 is the first): may move live versions.
-AfterArrival = Callable[[Run, int, Live], None]
+AfterArrival = Callable[[int], None]
 
 
-def simulate(policy: str, versions: list[Version], fleet: Fleet, decide: Decide,
-             on_leave: Leave, snapshot_at: frozenset[int] = frozenset(),
-             after_arrival: AfterArrival | None = None, live: Live | None = None) -> Run:
-    """Feed arrivals and departures to ``decide``; sample and verify after every event, and keep
-    what is live at the arrivals numbered in ``snapshot_at`` (0 is the first)."""
-    run = Run(policy, snapshot_at=snapshot_at)
+def simulate(run: Run, versions: list[Version], fleet: Fleet, decide: Decide,
+             on_leave: Leave, after_arrival: AfterArrival | None = None,
+             live: Live | None = None) -> Run:
+    """Feed arrivals and departures to ``decide``, recording in ``run`` (the caller's, for a
+    ``decide`` that counts there too); sample and verify after every event, and keep what is
+    live at the arrivals numbered in ``run.snapshot_at`` (0 is the first)."""
     events = sorted([(v.arrival, 1, v) for v in versions]
                     + [(v.arrival + v.lifetime, 0, v) for v in versions],
                     key=lambda e: (e[0], e[1], e[2].number))
@@ -214,7 +222,7 @@ def simulate(policy: str, versions: list[Version], fleet: Fleet, decide: Decide,
                 run.placed += 1
                 live[version.number] = (decided[0], decided[1], version)
             if after_arrival is not None:
-                after_arrival(run, len(run.in_use), live)
+                after_arrival(len(run.in_use))
         elif version.number in live:
             reservations, _, _ = live.pop(version.number)
             on_leave(version, reservations)

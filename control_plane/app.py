@@ -195,15 +195,19 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             # Of several replicas on one database, only the elected one reconciles; the others
             # serve the API and take over when it dies (PostgreSQL advisory lock; a file lock
             # beside SQLite).
-            elections.append(LeaderElection(LeaderLock(settings.database_url, "reconciler"),
-                                            on_elected=reconciler.trigger,
-                                            on_deposed=lambda: None))
+            election = LeaderElection(LeaderLock(settings.database_url, "reconciler"),
+                                      on_elected=reconciler.trigger, on_deposed=lambda: None)
+            elections.append(election)
             reconciler.start()
             autoscaler.start()
-            elections[-1].start()
+            election.start()
         yield
         if settings.reconciler_enabled:
-            elections[-1].stop()
+            # This lifespan's own election: two servers on one app (tests open a client beside
+            # a uvicorn server) each start one, and stopping the latest twice left the other
+            # contending for a lock on a database that was gone.
+            election.stop()
+            elections.remove(election)
         autoscaler.stop()
         reconciler.stop()
         monitor_users.pop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -113,3 +114,21 @@ def test_an_unexpected_error_answers_the_documented_shape_with_the_request_id(
     assert "secret internal state" not in answer.text
     assert answer.headers["X-Request-ID"] == "req-42"
     assert any("req-42" in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+def test_two_servers_on_one_app_each_stop_the_leader_election_they_started(app: FastAPI) -> None:
+    # A test client beside a uvicorn server (live_url) runs the lifespan twice on one app.
+    # Stopping the latest election twice left the first contending for the leader lock, on
+    # a database dropped after the test, for the rest of the session.
+    def elections() -> set[threading.Thread]:
+        return {thread for thread in threading.enumerate()
+                if thread.name == "leader-reconciler" and thread.is_alive()}
+
+    before = elections()
+    with TestClient(app) as outer:
+        with TestClient(app) as inner:
+            assert len(elections() - before) == 2
+            assert inner.get("/healthz").status_code == 200
+        assert len(elections() - before) == 1
+        assert outer.get("/healthz").status_code == 200
+    assert elections() - before == set()

@@ -82,6 +82,9 @@ class Run:
     decision_s: list[float] = field(default_factory=list)
     # CPU time of the same calls: what the decision costs whatever else runs on the machine.
     decision_cpu_s: list[float] = field(default_factory=list)
+    # Of ``decision_s``, the decisions that refused (then made room for, or not): a refusal
+    # explains every GPU passed over, and costs several placements.
+    refusal_s: list[float] = field(default_factory=list)
     refused: int = 0
     placed: int = 0
     over_commits: int = 0

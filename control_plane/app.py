@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Response
@@ -134,7 +134,6 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     stats_poller = NodeMetricsPoller(lambda: node_metrics_urls(session_factory),
                                      interval_s=settings.stats_poll_interval_seconds,
                                      keep_s=settings.stats_keep_seconds)
-    monitor_users: list[None] = []
     webhook_sender = WebhookSender.from_settings(session_factory, settings, metrics)
     actuator = Actuator(session_factory, node_control.connect, config_builder.load_request,
                         placer=placer,
@@ -173,8 +172,15 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         lambda: (bool(elections) and elections[-1].is_leader) if settings.reconciler_enabled
         else None))
 
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    # The background work runs once per app, however many servers run it (tests open a client
+    # beside a uvicorn server): the first server's startup starts it, the last one's shutdown
+    # stops it. Stopped by whichever server stopped first, it left the other serving with no
+    # runner, and its leader election running on (it contended for a lock on a database that was
+    # gone, for the rest of a test session).
+    servers: list[None] = []
+    stops: list[Callable[[], None]] = []
+
+    def start_background() -> None:
         # Every process claims operations and adopts promotions; the database decides who runs
         # which (claims with leases, a lock per promotion), so API workers and replicas can be
         # added freely.
@@ -183,14 +189,11 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             change_listener.start()
         runner.start()
         promotion_driver.start()
-        # One monitor however many servers run this app (tests open several clients on one).
-        monitor_users.append(None)
-        if len(monitor_users) == 1:
-            gpu_monitor.start()
-            stats_poller.start()
-            # One sender too; every replica runs its own, and leases on the deliveries keep two
-            # senders from posting one at once.
-            webhook_sender.start()
+        gpu_monitor.start()
+        stats_poller.start()
+        # Every replica runs its own sender; leases on the deliveries keep two senders from
+        # posting one at once.
+        webhook_sender.start()
         if settings.reconciler_enabled:
             # Of several replicas on one database, only the elected one reconciles; the others
             # serve the API and take over when it dies (PostgreSQL advisory lock; a file lock
@@ -201,27 +204,35 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             reconciler.start()
             autoscaler.start()
             election.start()
-        yield
-        if settings.reconciler_enabled:
-            # This lifespan's own election: two servers on one app (tests open a client beside
-            # a uvicorn server) each start one, and stopping the latest twice left the other
-            # contending for a lock on a database that was gone.
-            election.stop()
-            elections.remove(election)
-        autoscaler.stop()
-        reconciler.stop()
-        monitor_users.pop()
-        if not monitor_users:
+
+        def stop_background() -> None:
+            if settings.reconciler_enabled:
+                election.stop()
+                elections.remove(election)
+                autoscaler.stop()
+                reconciler.stop()
             gpu_monitor.stop()
             stats_poller.stop()
             webhook_sender.stop()
-        promotion_driver.shutdown()
-        runner.shutdown()
-        if settings.read_cache:
-            change_listener.stop()
-            unwatch()
-        if owns_engine:
-            engine.dispose()
+            promotion_driver.shutdown()
+            runner.shutdown()
+            if settings.read_cache:
+                change_listener.stop()
+                unwatch()
+            if owns_engine:
+                engine.dispose()
+
+        stops.append(stop_background)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        servers.append(None)
+        if len(servers) == 1:
+            start_background()
+        yield
+        servers.pop()
+        if not servers:
+            stops.pop()()
 
     app = FastAPI(title="LLM control plane", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings

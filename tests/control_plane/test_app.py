@@ -116,19 +116,24 @@ def test_an_unexpected_error_answers_the_documented_shape_with_the_request_id(
     assert any("req-42" in r.getMessage() and r.exc_info for r in caplog.records)
 
 
-def test_two_servers_on_one_app_each_stop_the_leader_election_they_started(app: FastAPI) -> None:
-    # A test client beside a uvicorn server (live_url) runs the lifespan twice on one app.
-    # Stopping the latest election twice left the first contending for the leader lock, on
+def test_two_servers_on_one_app_share_one_set_of_background_work(app: FastAPI) -> None:
+    # A test client beside a uvicorn server (live_url) runs the lifespan twice on one app. The
+    # first to stop used to stop the runner and the reconciler under the other, and stopped the
+    # latest leader election twice, which left the first one contending for the leader lock on
     # a database dropped after the test, for the rest of the session.
-    def elections() -> set[threading.Thread]:
-        return {thread for thread in threading.enumerate()
-                if thread.name == "leader-reconciler" and thread.is_alive()}
+    background = {"operation-claims", "reconciler", "autoscaler", "leader-reconciler",
+                  "promotion-adopter", "gpu-monitor", "webhook-sender"}
 
-    before = elections()
+    def running() -> list[str]:
+        return sorted(thread.name for thread in set(threading.enumerate()) - before
+                      if thread.name in background and thread.is_alive())
+
+    before = set(threading.enumerate())
     with TestClient(app) as outer:
+        assert running() == sorted(background)
         with TestClient(app) as inner:
-            assert len(elections() - before) == 2
+            assert running() == sorted(background)
             assert inner.get("/healthz").status_code == 200
-        assert len(elections() - before) == 1
+        assert running() == sorted(background)
         assert outer.get("/healthz").status_code == 200
-    assert elections() - before == set()
+    assert running() == []

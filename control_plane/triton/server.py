@@ -68,6 +68,9 @@ class TritonServer:
         self.repository_key = (None if repository_key is None
                                else restricted_api.check_key(repository_key))
         self.ports = ports or TritonPorts()
+        # Ports free_port() chose are free when chosen, not when tritonserver binds them: start()
+        # chooses again if another process took one meanwhile. Ports a caller gave never change.
+        self._ports_chosen = ports is None
         self.log_path = log_path or CACHE_DIR / "logs" / f"tritonserver-{self.ports.http}.log"
         self.extra_args = extra_args or []
         self.runtime = runtime or locate()
@@ -122,6 +125,24 @@ class TritonServer:
         return env
 
     def start(self, timeout: float = 60.0) -> None:
+        tries = 3 if self._ports_chosen and not self.log_to_stdout else 1
+        for attempt in range(1, tries + 1):
+            logged = self.log_path.stat().st_size if self.log_path.exists() else 0
+            try:
+                self._start_once(timeout)
+                return
+            except RuntimeError:
+                if attempt == tries or not self._port_taken_since(logged):
+                    raise
+                self.ports = TritonPorts()
+
+    def _port_taken_since(self, offset: int) -> bool:
+        """Whether tritonserver logged, past ``offset``, that a port was already in use."""
+        with self.log_path.open("rb") as log:
+            log.seek(offset)
+            return b"already in use" in log.read()
+
+    def _start_once(self, timeout: float) -> None:
         if self.log_to_stdout:
             log_file = None
         else:

@@ -26,7 +26,7 @@ from control_plane.nodes.orm import TritonNode
 from control_plane.registry.orm import Model
 from control_plane.triton.llm_client import GrpcStream
 from control_plane.triton.runtime import CACHE_DIR
-from control_plane.triton.server import TritonPorts, TritonServer, free_port
+from control_plane.triton.server import TritonServer, free_port
 
 T = TypeVar("T")
 # The in-process app (TestClient) or a control plane running as its own process (httpx).
@@ -62,29 +62,11 @@ def running_nodes(tmp_path_factory: pytest.TempPathFactory, names: Sequence[str]
         for index, name in enumerate(names)}
     try:
         for node in nodes.values():
-            start_on_free_ports(node)
+            node.start()
         yield nodes
     finally:
         for node in nodes.values():
             node.stop()
-
-
-def start_on_free_ports(node: TritonServer, tries: int = 3) -> None:
-    """Start ``node``; when a port ``free_port()`` chose was taken before tritonserver bound it
-    (another process on the machine won the race: a CI run lost a test's setup to it), start it
-    again on fresh ports."""
-    for attempt in range(tries):
-        logged = node.log_path.stat().st_size if node.log_path.exists() else 0
-        try:
-            node.start()
-            return
-        except RuntimeError:
-            with node.log_path.open("rb") as log:
-                log.seek(logged)
-                taken = b"already in use" in log.read()
-            if not taken or attempt == tries - 1:
-                raise
-            node.ports = TritonPorts()
 
 
 def wait_until(probe: Callable[[], T | None], what: str, timeout: float = LOAD_TIMEOUT,

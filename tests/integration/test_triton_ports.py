@@ -1,0 +1,40 @@
+"""tritonserver's start survives losing a port chosen free to another process, and never
+changes a port its caller gave."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from control_plane.triton.server import TritonPorts, TritonServer
+
+
+def test_a_server_whose_chosen_port_was_taken_starts_on_fresh_ones(tmp_path: Path) -> None:
+    node = TritonServer(tmp_path, log_path=tmp_path / "node.log")
+    port = node.ports.grpc
+    # Another process binds the port between free_port() choosing it and tritonserver's start.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        try:
+            node.start()
+            assert node.is_live() and node.ports.grpc != port
+            assert b"already in use" in (tmp_path / "node.log").read_bytes()
+        finally:
+            node.stop()
+
+
+def test_a_port_the_caller_gave_is_never_changed(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        node = TritonServer(tmp_path, ports=TritonPorts(grpc=port), log_path=tmp_path / "node.log")
+        try:
+            with pytest.raises(RuntimeError, match="exited with 1"):
+                node.start()
+            assert node.ports.grpc == port
+        finally:
+            node.stop()

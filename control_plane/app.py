@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator
+from contextlib import ExitStack, asynccontextmanager
 
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -174,26 +174,31 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
 
     # The background work runs once per app, however many servers run it (tests open a client
     # beside a uvicorn server): the first server's startup starts it, the last one's shutdown
-    # stops it. Stopped by whichever server stopped first, it left the other serving with no
-    # runner, and its leader election running on (it contended for a lock on a database that was
-    # gone, for the rest of a test session).
+    # stops it, in the reverse order. Stopped by whichever server stopped first, it left the
+    # other serving with no runner, and its leader election running on (it contended for a lock
+    # on a database that was gone, for the rest of a test session).
     servers: list[None] = []
-    stops: list[Callable[[], None]] = []
+    background = ExitStack()
 
     def start_background() -> None:
+        if owns_engine:
+            background.callback(engine.dispose)
         # Every process claims operations and adopts promotions; the database decides who runs
         # which (claims with leases, a lock per promotion), so API workers and replicas can be
         # added freely.
         if settings.read_cache:
-            unwatch = watch_local_writes(engine, read_cache)
+            background.callback(watch_local_writes(engine, read_cache))
             change_listener.start()
+            background.callback(change_listener.stop)
         runner.start()
+        background.callback(runner.shutdown)
         promotion_driver.start()
-        gpu_monitor.start()
-        stats_poller.start()
+        background.callback(promotion_driver.shutdown)
         # Every replica runs its own sender; leases on the deliveries keep two senders from
         # posting one at once.
-        webhook_sender.start()
+        for poller in (gpu_monitor, stats_poller, webhook_sender):
+            poller.start()
+            background.callback(poller.stop)
         if settings.reconciler_enabled:
             # Of several replicas on one database, only the elected one reconciles; the others
             # serve the API and take over when it dies (PostgreSQL advisory lock; a file lock
@@ -201,28 +206,10 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             election = LeaderElection(LeaderLock(settings.database_url, "reconciler"),
                                       on_elected=reconciler.trigger, on_deposed=lambda: None)
             elections.append(election)
-            reconciler.start()
-            autoscaler.start()
-            election.start()
-
-        def stop_background() -> None:
-            if settings.reconciler_enabled:
-                election.stop()
-                elections.remove(election)
-                autoscaler.stop()
-                reconciler.stop()
-            gpu_monitor.stop()
-            stats_poller.stop()
-            webhook_sender.stop()
-            promotion_driver.shutdown()
-            runner.shutdown()
-            if settings.read_cache:
-                change_listener.stop()
-                unwatch()
-            if owns_engine:
-                engine.dispose()
-
-        stops.append(stop_background)
+            background.callback(elections.remove, election)
+            for worker in (reconciler, autoscaler, election):
+                worker.start()
+                background.callback(worker.stop)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -232,7 +219,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         yield
         servers.pop()
         if not servers:
-            stops.pop()()
+            background.close()
 
     app = FastAPI(title="LLM control plane", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings

@@ -133,15 +133,14 @@ def run_ours(versions: list[Version], headroom: float = HEADROOM,
         elapsed, cpu = time.perf_counter() - started, time.thread_time() - cpu
         if not isinstance(result, Placement):
             run.refusal_s.append(elapsed)
-        if not isinstance(result, Placement) and defragmenting is not None and \
-                defragmenting.make_room:
-            # Refused: the planner's moves that make room for it, then the decision again.
-            started = time.perf_counter()
-            room = plan_room(state, requests, request, defragmenting.budget)
-            run.room.count(room, time.perf_counter() - started)
-            if room is not None:
-                carry_out(room.moves)
-                result = place_on_fleet(request, state)
+            if defragmenting is not None and defragmenting.make_room:
+                # The planner's moves that make room for it, then the decision again.
+                started = time.perf_counter()
+                room = plan_room(state, requests, request, defragmenting.budget)
+                run.room.count(room, time.perf_counter() - started)
+                if room is not None:
+                    carry_out(room.moves)
+                    result = place_on_fleet(request, state)
         if not isinstance(result, Placement):
             return None, elapsed, cpu
         # The engines load: their reservations become active and the readings show the memory.

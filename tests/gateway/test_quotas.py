@@ -17,6 +17,7 @@ from gateway.quotas.admission import FailureMode, QuotaGate, seconds_to_utc_midn
 from gateway.quotas.policy import Limits, Scope, scopes_for
 from gateway.quotas.redis_store import redis_counters
 from tests.redis_server import RedisServer
+from tests.utc_day import within_one_utc_day
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +116,8 @@ def test_concurrent_requests_hold_a_slot_until_they_end(redis_server: RedisServe
 
 
 def test_daily_tokens_retry_at_utc_midnight(redis_server: RedisServer) -> None:
+    within_one_utc_day(10)
+
     async def body() -> None:
         quotas, scopes = gate(redis_server), scope(daily_tokens=50)
         await quotas.settle(await quotas.admit(scopes, 10, 30), 40)

@@ -25,6 +25,7 @@ from control_plane.triton.server import free_port
 from tests.integration.gateway.conftest import MODEL, Stack
 from tests.integration.gateway.test_gateway_protocols import grpc_inputs
 from tests.redis_server import RedisServer
+from tests.utc_day import within_one_utc_day
 
 pytestmark = pytest.mark.integration
 PROMPT = "The capital of France is"
@@ -249,6 +250,8 @@ def test_prompts_are_reserved_at_the_backends_own_token_count(
 
 
 def test_concurrent_requests_and_the_daily_budget(stack: Stack, gateways: Gateways) -> None:
+    # A 200-token stream on a loaded CPU node, then two requests: well inside 5 minutes.
+    within_one_utc_day(300)
     key = tenant(stack, gateways, concurrent_requests=1, daily_tokens=500)
     with httpx.stream("POST", f"http://{gateways.first.http_address}/v2/models/{MODEL}/"
                       "generate_stream", headers={"Authorization": f"Bearer {key}"}, timeout=120,
@@ -265,7 +268,7 @@ def test_concurrent_requests_and_the_daily_budget(stack: Stack, gateways: Gatewa
     assert generate(gateways.second, key, max_tokens=2).status_code == 200
     # 500 a day, ~220 used: what is left cannot hold 300 more output tokens.
     refused = generate(gateways.first, key, max_tokens=300)
-    assert refused.status_code == 429
+    assert refused.status_code == 429, refused.text
     assert "daily_tokens of 500 today (UTC)" in refused.json()["error"]
     now = time.time()
     midnight = (now // 86400 + 1) * 86400

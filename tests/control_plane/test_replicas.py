@@ -116,22 +116,33 @@ def test_two_replicas_of_two_workers_share_one_database(
             started = list(pool.map(
                 lambda i: http[i % 2].post(f"/api/v1/models/m/versions/{number}/validate"),
                 range(20)))
-        assert all(r.status_code == 202 for r in started), [r.text for r in started]
-        ids = {r.json()["id"] for r in started}
+        accepted = [r for r in started if r.status_code == 202]
+        # One asked after a validation had already succeeded is refused: the version is
+        # validated (on a loaded machine the first ones can end before the last are asked).
+        late = [r for r in started if r.status_code != 202]
+        assert all(r.status_code == 409 and r.json()["error"] == "InvalidStateTransition"
+                   and "is validated" in r.json()["detail"] for r in late), [r.text for r in late]
+        # The first eight are asked together, while a validation hashes the model's 260 MB:
+        # several are running at once, or the test shows nothing.
+        assert len(accepted) >= 2, [r.text for r in started]
+        ids = {r.json()["id"] for r in accepted}
+        assert len(ids) == len(accepted)
 
         def all_ended() -> list[Operation] | None:
             rows = [o for o in operations(factory) if o.id in ids]
             return rows if all(o.status in ("succeeded", "failed") for o in rows) else None
 
-        validations = wait_until(all_ended, "the 20 validations to end", 120, 0.5)
-        assert len(validations) == 20
+        validations = wait_until(all_ended, "the validations to end", 120, 0.5)
+        assert len(validations) == len(accepted)
         # Each ran once; one validated the version, the others found it validated meanwhile.
         assert {o.attempts for o in validations} == {1}
-        assert sorted(o.status for o in validations) == ["failed"] * 19 + ["succeeded"]
+        assert sorted(o.status for o in validations) == \
+            ["failed"] * (len(accepted) - 1) + ["succeeded"]
         assert all("while it was being validated" in (o.error or "")
                    for o in validations if o.status == "failed")
         runners = {o.claimed_by for o in validations}
-        print(f"[replicas] 20 validations ran in {len(runners)} of the 4 processes")
+        print(f"[replicas] {len(accepted)} validations accepted ({len(late)} asked after one had "
+              f"validated the version) ran in {len(runners)} of the 4 processes")
 
         # 2. One process of the four holds the reconciler's lock.
         key = advisory_lock_key("reconciler") & 0xFFFF_FFFF_FFFF_FFFF

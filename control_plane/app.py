@@ -214,12 +214,17 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         servers.append(None)
-        if len(servers) == 1:
-            start_background()
-        yield
-        servers.pop()
-        if not servers:
-            background.close()
+        # A start that fails part-way stops what it started, and the server is not counted: the
+        # pieces started before the failure used to run on unowned, and the next server's startup
+        # (counting this one) started nothing.
+        try:
+            if len(servers) == 1:
+                start_background()
+            yield
+        finally:
+            servers.pop()
+            if not servers:
+                background.close()
 
     app = FastAPI(title="LLM control plane", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings

@@ -71,10 +71,16 @@ class TritonServer:
         # Ports free_port() chose are free when chosen, not when tritonserver binds them: start()
         # chooses again if another process took one meanwhile. Ports a caller gave never change.
         self._ports_chosen = ports is None
-        self.log_path = log_path or CACHE_DIR / "logs" / f"tritonserver-{self.ports.http}.log"
+        self._given_log_path = log_path
         self.extra_args = extra_args or []
         self.runtime = runtime or locate()
         self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log_path(self) -> Path:
+        """The log the caller named, else one named after the HTTP port it has now (a start
+        that chose new ports logs under the new name, the one a reader looks for)."""
+        return self._given_log_path or CACHE_DIR / "logs" / f"tritonserver-{self.ports.http}.log"
 
     @property
     def http_url(self) -> str:

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from starlette.types import Message, Receive, Scope, Send
 
 from control_plane.app import RequestIdMiddleware, create_app
+from control_plane.autoscaling.scaler import Autoscaler
 from control_plane.settings import Settings
 
 
@@ -114,6 +115,30 @@ def test_an_unexpected_error_answers_the_documented_shape_with_the_request_id(
     assert "secret internal state" not in answer.text
     assert answer.headers["X-Request-ID"] == "req-42"
     assert any("req-42" in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+def test_a_startup_failing_part_way_stops_what_it_started(
+        app: FastAPI, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The autoscaler starts after the runner, the pollers and the reconciler: its failure used to
+    # leave those running with nobody to stop them (an embedding process, or a test session, kept
+    # claiming operations and reconciling with an app that never served).
+    started = {"operation-claims", "reconciler", "promotion-adopter", "gpu-monitor",
+               "webhook-sender"}
+    before = set(threading.enumerate())
+
+    def running() -> list[str]:
+        return sorted(thread.name for thread in set(threading.enumerate()) - before
+                      if thread.name in started | {"autoscaler"} and thread.is_alive())
+
+    def refuse(_: Autoscaler) -> None:
+        raise RuntimeError("the autoscaler could not start")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Autoscaler, "start", refuse)
+        with pytest.raises(RuntimeError, match="the autoscaler could not start"), \
+                TestClient(app):
+            pass
+    assert running() == []
 
 
 def test_two_servers_on_one_app_share_one_set_of_background_work(app: FastAPI) -> None:

@@ -26,6 +26,24 @@ def test_a_server_whose_chosen_port_was_taken_starts_on_fresh_ones(tmp_path: Pat
             node.stop()
 
 
+def test_a_default_log_is_named_after_the_port_the_server_ended_up_on(tmp_path: Path) -> None:
+    # The default log's name carries the HTTP port; it was fixed at construction, so after a
+    # start on fresh ports it named a port nobody served on.
+    node = TritonServer(tmp_path)
+    port = node.ports.http
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        try:
+            node.start()
+            assert node.ports.http != port
+            assert node.log_path.name == f"tritonserver-{node.ports.http}.log"
+            assert f"Started HTTPService at 127.0.0.1:{node.ports.http}".encode() in \
+                node.log_path.read_bytes()
+        finally:
+            node.stop()
+
+
 def test_a_port_the_caller_gave_is_never_changed(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

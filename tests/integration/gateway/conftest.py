@@ -5,6 +5,7 @@ front. Built once per test session (each node load costs ~30-100 s here)."""
 from __future__ import annotations
 
 import secrets
+import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -175,4 +176,73 @@ def node_serves(stack: Stack, name: str) -> bool:
     return any(e["node"] == name and not e["ejected"] for e in endpoints)
 
 
-__all__ = ["MODEL", "Load", "Stack", "healthz", "node_serves", "wait_until"]
+def production_engines(stack: Stack) -> dict[str, str]:
+    """Node -> state of the production deployments that are wanted."""
+    found = stack.admin.get("/api/v1/deployments", params={"model": MODEL}).json()["items"]
+    return {d["node"]: d["state"] for d in found if d["alias"] == "production" and d["wanted"]}
+
+
+def kernel_oom_kills() -> list[str]:
+    """The kernel's last out-of-memory kills, where its log is readable (empty otherwise)."""
+    try:
+        kernel = subprocess.run(["dmesg"], check=False, capture_output=True, text=True,
+                                timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line for line in kernel.splitlines()
+            if "Out of memory" in line or "Killed process" in line][-5:]
+
+
+def node_report(stack: Stack, name: str, lines: int = 40) -> str:
+    """What a failure message needs about a node: its process, the end of its log (long lines
+    cut: vLLM logs its whole configuration on one line) and any out-of-memory kill."""
+    node = stack.nodes[name]
+    process = node.process
+    status = ("not started" if process is None else "running" if process.poll() is None
+              else f"exited with {process.returncode}")
+    tail = (node.log_path.read_text(errors="replace").splitlines()[-lines:]
+            if node.log_path.exists() else [])
+    oom = kernel_oom_kills()
+    return "\n".join([f"node {name}: tritonserver {status}; the end of {node.log_path}:",
+                      *(line[:300] for line in tail),
+                      *(["the kernel's out-of-memory kills:", *oom] if oom else [])])
+
+
+def serve_production_everywhere(stack: Stack, timeout: float = 600) -> bool:
+    """Put production back on every node that lost it, and wait until the gateway routes to
+    each."""
+    if all(node_serves(stack, name) for name in stack.nodes):
+        return True
+    for name in set(stack.nodes) - set(production_engines(stack)):
+        stack.admin.put(f"/api/v1/models/{MODEL}/aliases/production/deployments/{name}")
+    try:
+        wait_until(lambda: all(node_serves(stack, name) for name in stack.nodes),
+                   "the gateway routing to every node", timeout, interval=1)
+    except AssertionError:
+        return False
+    return True
+
+
+@pytest.fixture(autouse=True)
+def nodes_outlive_each_test(stack: Stack) -> Iterator[None]:
+    """A node that died during a test fails that test, saying why, and is started again (the
+    reconciler reloads it) before the next: once a node died in the autoscaling test on CI and
+    the thirteen tests after it failed for want of it, with nothing saying why it had died."""
+    yield
+    died = {name: node_report(stack, name) for name, node in stack.nodes.items()
+            if node.process is None or node.process.poll() is not None}
+    for name in died:
+        stack.nodes[name].start()
+    served = serve_production_everywhere(stack)
+    if died:
+        pytest.fail("a node died during this test:\n" + "\n\n".join(died.values())
+                    + ("" if served else "\n(and it was not serving again after 600 s)"),
+                    pytrace=False)
+    if not served:
+        pytest.fail("the stack was not serving on every node after this test:\n"
+                    + "\n\n".join(node_report(stack, name) for name in stack.nodes),
+                    pytrace=False)
+
+
+__all__ = ["MODEL", "Load", "Stack", "healthz", "node_report", "node_serves",
+           "production_engines", "serve_production_everywhere", "wait_until"]

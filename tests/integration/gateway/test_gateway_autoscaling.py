@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.integration.gateway.conftest import MODEL, Load, Stack, node_serves
+from tests.integration.gateway.conftest import (
+    MODEL,
+    Load,
+    Stack,
+    node_report,
+    node_serves,
+    production_engines,
+)
 from tests.integration.support import metric, wait_until
 
 POLICY = {"min_engines": 1, "max_engines": 2, "metric": "waiting_per_engine", "target": 2,
@@ -17,10 +24,7 @@ SCALING = f"/api/v1/models/{MODEL}/aliases/production/scaling"
 PROMPT = "Count from one to a hundred:"
 
 
-def engines(stack: Stack) -> dict[str, str]:
-    """Node -> state of the production deployments that are wanted."""
-    found = stack.admin.get("/api/v1/deployments", params={"model": MODEL}).json()["items"]
-    return {d["node"]: d["state"] for d in found if d["alias"] == "production" and d["wanted"]}
+engines = production_engines
 
 
 def waiting_per_engine(stack: Stack) -> float:
@@ -34,6 +38,13 @@ def decisions(stack: Stack) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = stack.admin.get(f"{SCALING}/decisions",
                                                   params={"limit": 200}).json()["items"]
     return items
+
+
+def adding(stack: Stack, decision: dict[str, Any]) -> str:
+    """Why an added engine is not ready: the deployments, the operation, the node's log."""
+    operation = stack.admin.get(f"/api/v1/operations/{decision['operation_id']}").json()
+    return (f"engines {engines(stack)}; operation {operation}\n"
+            + node_report(stack, decision["node"]))
 
 
 def test_an_idle_engine_is_drained_and_a_queue_adds_one_back(stack: Stack) -> None:
@@ -61,8 +72,10 @@ def test_an_idle_engine_is_drained_and_a_queue_adds_one_back(stack: Stack) -> No
             added = next(d for d in decisions(stack) if d["action"] == "scale_up")
             assert "stayed above 2" in added["reason"] and added["node"] == removed["node"]
             assert queued_on_one > POLICY["target"], queued_on_one
-            assert wait_until(lambda: set(engines(stack).values()) == {"READY"}, 600,
-                              interval=1), engines(stack)
+            # A load takes 30-100 s here; 420 s leaves this test's 600 s time for the rest and
+            # for saying, if it never ends, what the operation and the node were doing.
+            assert wait_until(lambda: set(engines(stack).values()) == {"READY"}, 420,
+                              interval=1), adding(stack, added)
             assert wait_until(lambda: node_serves(stack, added["node"]), 120, interval=1)
             # The gateway spreads the clients over both engines: the queue per engine falls.
             assert wait_until(lambda: waiting_per_engine(stack) < queued_on_one, 120,

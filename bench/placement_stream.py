@@ -85,6 +85,8 @@ class Run:
     # Of ``decision_s``, the decisions that refused (then made room for, or not): a refusal
     # explains every GPU passed over, and costs several placements.
     refusal_s: list[float] = field(default_factory=list)
+    # The others: decisions that placed at their first try (the cost of an ordinary placement).
+    placing_s: list[float] = field(default_factory=list)
     refused: int = 0
     placed: int = 0
     over_commits: int = 0

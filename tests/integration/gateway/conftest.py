@@ -7,7 +7,7 @@ from __future__ import annotations
 import secrets
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Self
 
@@ -193,22 +193,29 @@ def kernel_oom_kills() -> list[str]:
             if "Out of memory" in line or "Killed process" in line][-5:]
 
 
-def node_report(stack: Stack, name: str, lines: int = 40) -> str:
-    """What a failure message needs about a node: its process, the end of its log (long lines
-    cut: vLLM logs its whole configuration on one line) and any out-of-memory kill."""
-    node = stack.nodes[name]
-    process = node.process
-    status = ("not started" if process is None else "running" if process.poll() is None
-              else f"exited with {process.returncode}")
-    tail = (node.log_path.read_text(errors="replace").splitlines()[-lines:]
-            if node.log_path.exists() else [])
+def nodes_report(stack: Stack, names: Iterable[str], lines: int = 40) -> str:
+    """What a failure message needs about nodes: each one's process and the end of its log (long
+    lines cut: vLLM logs its whole configuration on one line), then any out-of-memory kill."""
+    parts = []
+    for name in names:
+        node = stack.nodes[name]
+        process = node.process
+        status = ("not started" if process is None else "running" if process.poll() is None
+                  else f"exited with {process.returncode}")
+        tail = (node.log_path.read_text(errors="replace").splitlines()[-lines:]
+                if node.log_path.exists() else [])
+        heading = f"node {name}: tritonserver {status}; the end of {node.log_path}:"
+        parts.append("\n".join([heading, *(line[:300] for line in tail)]))
     oom = kernel_oom_kills()
-    return "\n".join([f"node {name}: tritonserver {status}; the end of {node.log_path}:",
-                      *(line[:300] for line in tail),
-                      *(["the kernel's out-of-memory kills:", *oom] if oom else [])])
+    return "\n\n".join([*parts, *(["the kernel's out-of-memory kills:\n" + "\n".join(oom)]
+                                  if oom else [])])
 
 
-def serve_production_everywhere(stack: Stack, timeout: float = 600) -> bool:
+# A restarted node's reload (~30-100 s here) and the gateway's probe, with room for a slow host.
+HEAL_TIMEOUT_S = 600
+
+
+def serve_production_everywhere(stack: Stack) -> bool:
     """Put production back on every node that lost it, and wait until the gateway routes to
     each."""
     if all(node_serves(stack, name) for name in stack.nodes):
@@ -217,7 +224,7 @@ def serve_production_everywhere(stack: Stack, timeout: float = 600) -> bool:
         stack.admin.put(f"/api/v1/models/{MODEL}/aliases/production/deployments/{name}")
     try:
         wait_until(lambda: all(node_serves(stack, name) for name in stack.nodes),
-                   "the gateway routing to every node", timeout, interval=1)
+                   "the gateway routing to every node", HEAL_TIMEOUT_S, interval=1)
     except AssertionError:
         return False
     return True
@@ -229,20 +236,21 @@ def nodes_outlive_each_test(stack: Stack) -> Iterator[None]:
     reconciler reloads it) before the next: once a node died in the autoscaling test on CI and
     the thirteen tests after it failed for want of it, with nothing saying why it had died."""
     yield
-    died = {name: node_report(stack, name) for name, node in stack.nodes.items()
-            if node.process is None or node.process.poll() is not None}
+    died = [name for name, node in stack.nodes.items()
+            if node.process is None or node.process.poll() is not None]
+    # Read before the restart, which writes on in the same log.
+    report = nodes_report(stack, died) if died else ""
     for name in died:
         stack.nodes[name].start()
     served = serve_production_everywhere(stack)
     if died:
-        pytest.fail("a node died during this test:\n" + "\n\n".join(died.values())
-                    + ("" if served else "\n(and it was not serving again after 600 s)"),
+        pytest.fail(f"a node died during this test:\n{report}" + (
+            "" if served else f"\n(and it was not serving again after {HEAL_TIMEOUT_S} s)"),
                     pytrace=False)
     if not served:
         pytest.fail("the stack was not serving on every node after this test:\n"
-                    + "\n\n".join(node_report(stack, name) for name in stack.nodes),
-                    pytrace=False)
+                    + nodes_report(stack, stack.nodes), pytrace=False)
 
 
-__all__ = ["MODEL", "Load", "Stack", "healthz", "node_report", "node_serves",
+__all__ = ["MODEL", "Load", "Stack", "healthz", "node_serves", "nodes_report",
            "production_engines", "serve_production_everywhere", "wait_until"]

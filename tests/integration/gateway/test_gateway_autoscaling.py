@@ -12,19 +12,16 @@ from tests.integration.gateway.conftest import (
     MODEL,
     Load,
     Stack,
-    node_report,
     node_serves,
-    production_engines,
+    nodes_report,
 )
+from tests.integration.gateway.conftest import production_engines as engines
 from tests.integration.support import metric, wait_until
 
 POLICY = {"min_engines": 1, "max_engines": 2, "metric": "waiting_per_engine", "target": 2,
           "scale_up_window_s": 4, "scale_down_window_s": 10, "cooldown_s": 5}
 SCALING = f"/api/v1/models/{MODEL}/aliases/production/scaling"
 PROMPT = "Count from one to a hundred:"
-
-
-engines = production_engines
 
 
 def waiting_per_engine(stack: Stack) -> float:
@@ -44,7 +41,7 @@ def adding(stack: Stack, decision: dict[str, Any]) -> str:
     """Why an added engine is not ready: the deployments, the operation, the node's log."""
     operation = stack.admin.get(f"/api/v1/operations/{decision['operation_id']}").json()
     return (f"engines {engines(stack)}; operation {operation}\n"
-            + node_report(stack, decision["node"]))
+            + nodes_report(stack, [decision["node"]]))
 
 
 def test_an_idle_engine_is_drained_and_a_queue_adds_one_back(stack: Stack) -> None:

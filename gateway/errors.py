@@ -8,6 +8,8 @@ GatewayError(message)                      HTTP status / gRPC code / OpenAI erro
 ├── BodyTooLarge                           413 / RESOURCE_EXHAUSTED / invalid_request_error
 ├── BodyTimeout                            408 / DEADLINE_EXCEEDED / invalid_request_error
 ├── NotServed                              403 / UNIMPLEMENTED / invalid_request_error
+├── UnknownEndpoint (no such URL)          404 / UNIMPLEMENTED / invalid_request_error
+│   └── MethodNotAllowed (+ Allow)         405 / UNIMPLEMENTED / invalid_request_error
 ├── RateLimited (+ Retry-After)            429 / RESOURCE_EXHAUSTED / rate_limit_exceeded
 ├── LimitsUnavailable (fail closed)        503 / UNAVAILABLE / server_error
 └── NoNodeAvailable                        503 / UNAVAILABLE / server_error
@@ -85,6 +87,25 @@ class NotServed(GatewayError):
     http_status = 403
     grpc_code = "UNIMPLEMENTED"
     openai_type = "invalid_request_error"
+
+
+class UnknownEndpoint(GatewayError):
+    http_status = 404
+    grpc_code = "UNIMPLEMENTED"
+    openai_type = "invalid_request_error"
+
+
+class MethodNotAllowed(UnknownEndpoint):
+    """A URL the gateway serves, with another method; ``allowed`` goes in the Allow header."""
+
+    http_status = 405
+
+    def __init__(self, message: str, allowed: list[str]) -> None:
+        super().__init__(message)
+        self.allowed = allowed
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), "Allow": ", ".join(self.allowed)}
 
 
 class RateLimited(GatewayError):

@@ -13,6 +13,7 @@ from gateway import kserve_http, openai_api
 from gateway.errors import GatewayError
 from gateway.limits import BodyLimit, error_document
 from gateway.service import Gateway
+from gateway.unknown_endpoints import unknown_endpoint
 from gateway.upstream_http import HttpUpstream
 
 
@@ -38,5 +39,11 @@ def create_app(gateway: Gateway, upstream: HttpUpstream) -> Any:
 
     app.include_router(openai_api.build_router(gateway, upstream))
     app.include_router(kserve_http.build_router(gateway, upstream))
+
+    # Last: only what no route above serves reaches it.
+    @app.api_route("/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+    async def unknown(request: Request, rest: str) -> Response:
+        raise unknown_endpoint(request)
+
     return BodyLimit(app, gateway.settings.max_body_bytes, gateway.settings.body_timeout_seconds,
                      gateway.metrics)

@@ -18,6 +18,7 @@ from gateway.prompt_tokens import INPUT_FORMAT, Prompt, is_chat
 from gateway.routing.table import Route, Tenant
 from gateway.service import Gateway
 from gateway.token_counts import SseReader, TokenTally, ask_counts, read_json
+from gateway.unknown_endpoints import allowed_methods, method_not_allowed
 from gateway.upstream_http import HttpUpstream
 
 SERVER_NAME = "llm-gateway"
@@ -231,7 +232,11 @@ def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
                         "decoupled; use /generate, /generate_stream or gRPC ModelStreamInfer")
 
     @router.api_route("/v2/{rest:path}", methods=["GET", "POST", "PUT", "DELETE"])
-    async def admin(rest: str) -> JSONResponse:
+    async def admin(request: Request, rest: str) -> JSONResponse:
+        # A URL served with another method (GET .../generate) is a mistake to name, not an
+        # admin endpoint.
+        if allowed := allowed_methods(request):
+            raise method_not_allowed(request, allowed)
         raise NotServed(f"/v2/{rest} is not served by the inference gateway: repository, "
                         "shared-memory, trace, logging and statistics endpoints stay inside; "
                         "operators use the control plane's admin API")

@@ -20,11 +20,13 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def error_document(path: str, error: GatewayError) -> dict[str, Any]:
-    """Triton's ``{"error": ...}`` on /v2, OpenAI's error object on /v1."""
-    if path.startswith("/v1/"):
-        return {"error": {"message": error.message, "type": error.openai_type, "param": None,
-                          "code": error.openai_code}}
-    return {"error": error.message}
+    """Triton's ``{"error": ...}`` on /v2, OpenAI's error object everywhere else: off /v1 and /v2
+    the likeliest caller is an OpenAI client whose base URL lacks /v1, and a person reads the
+    message either way."""
+    if path == "/v2" or path.startswith("/v2/"):
+        return {"error": error.message}
+    return {"error": {"message": error.message, "type": error.openai_type, "param": None,
+                      "code": error.openai_code}}
 
 
 async def send_error(send: Send, path: str, error: GatewayError) -> None:

@@ -292,6 +292,24 @@ def test_priority_more_urgent_than_the_tenant_may_use(stack: Stack) -> None:
     assert error is not None and "priority levels 2 and above" in error
 
 
+def test_urls_not_served_name_what_is(stack: Stack) -> None:
+    # An OpenAI client whose base URL lacks /v1 posts to /chat/completions.
+    client = openai.OpenAI(base_url=stack.http, api_key=stack.keys["acme"])
+    with pytest.raises(openai.NotFoundError, match="base URL ends in /v1"):
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    # An endpoint of OpenAI's this gateway has not got: OpenAI's error shape, what is served.
+    with pytest.raises(openai.NotFoundError, match="POST /v1/chat/completions, POST /v1/"):
+        openai.OpenAI(base_url=f"{stack.http}/v1", api_key=stack.keys["acme"]).embeddings.create(
+            model=MODEL, input="hi")
+    # A served URL with the wrong method: 405, the method to use, in each protocol's shape.
+    for path, message in (("/v1/chat/completions", lambda body: body["error"]["message"]),
+                          (f"/v2/models/{MODEL}/generate", lambda body: body["error"])):
+        answer = httpx.get(f"{stack.http}{path}", headers=stack.bearer(), timeout=10)
+        assert answer.status_code == 405, (path, answer.text)
+        assert answer.headers["allow"] == "POST"
+        assert message(answer.json()) == f"GET {path} is not served; use POST {path}"
+
+
 def test_admin_apis_are_not_served(stack: Stack) -> None:
     headers = {"authorization": f"Bearer {stack.keys['acme']}"}
     with grpcclient.InferenceServerClient(stack.grpc) as client:

@@ -61,13 +61,24 @@ def install_error_handlers(app: FastAPI) -> None:
         return _error(422, "InvalidRequest", problems)
 
     @app.exception_handler(HTTPException)
-    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         cause = exc.__cause__
         if exc.status_code == 400 and isinstance(cause, (ValueError, RecursionError)):
             # FastAPI's answer to a body it cannot decode (not UTF-8, nested too deep) is a bare
             # 400, while malformed JSON is a 422: one mistake, one documented answer that says why.
             return _error(422, "InvalidRequest", f"body: cannot be read as JSON ({cause}); send "
                                                  "a UTF-8 encoded JSON object")
+        # Routing's own answers (no endpoint raises HTTPException): say what to do instead.
+        what = f"{request.method} {request.url.path}"
+        if exc.status_code == 404:
+            return _error(404, "UnknownEndpoint",
+                          f"{what} is not an endpoint of this API; every endpoint is listed at "
+                          "/docs (OpenAPI document: /openapi.json)", exc.headers)
+        if exc.status_code == 405:
+            allowed = (exc.headers or {}).get("Allow", "")
+            return _error(405, "MethodNotAllowed",
+                          f"{what} is not served; this URL takes {allowed or 'other methods'} "
+                          "(every endpoint is listed at /docs)", exc.headers)
         return _error(exc.status_code, "HTTPError", str(exc.detail), exc.headers)
 
     @app.exception_handler(Exception)

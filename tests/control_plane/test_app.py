@@ -60,7 +60,20 @@ def test_the_request_id_loses_nul_and_reaches_the_endpoint() -> None:
 def test_unknown_route_uses_the_error_shape(client: TestClient) -> None:
     response = client.get("/api/v1/nothing-here")
     assert response.status_code == 404
-    assert response.json() == {"error": "HTTPError", "detail": "Not Found"}
+    assert response.json() == {
+        "error": "UnknownEndpoint",
+        "detail": "GET /api/v1/nothing-here is not an endpoint of this API; every endpoint is "
+                  "listed at /docs (OpenAPI document: /openapi.json)"}
+
+
+def test_a_wrong_method_names_the_ones_the_url_takes(client: TestClient) -> None:
+    response = client.post("/api/v1/deployments")
+    assert response.status_code == 405
+    assert response.headers["allow"] == "GET"
+    assert response.json() == {
+        "error": "MethodNotAllowed",
+        "detail": "POST /api/v1/deployments is not served; this URL takes GET (every endpoint "
+                  "is listed at /docs)"}
 
 
 def test_a_body_that_is_not_utf8_is_a_documented_422(client: TestClient,

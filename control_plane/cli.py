@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 import uvicorn
 from fastapi import FastAPI
+from sqlalchemy.engine import make_url
 
 from control_plane import migrate as migrations
 from control_plane.app import create_app
@@ -100,6 +101,12 @@ def serve(
                                     if value is not None}
     settings = Settings.model_validate(overrides)
     count = workers or settings.workers
+    if count > 1 and make_url(settings.database_url).get_backend_name() == "sqlite":
+        # Measured (docs/benchmarks.md): one worker queues its writers in arrival order, several
+        # race for SQLite's one write lock, and the slowest writes wait several times longer.
+        typer.echo(f"warning: {count} workers on SQLite race for its one write lock, and the "
+                   "slowest writes wait several times longer than with one worker; serve SQLite "
+                   "with --workers 1 (LLMCP_WORKERS=1), or use PostgreSQL for several", err=True)
     if count == 1:
         uvicorn.run(worker_app(settings), host=settings.host, port=settings.port,
                     access_log=access_log)

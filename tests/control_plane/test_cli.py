@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,8 @@ from typer.testing import CliRunner
 from control_plane.cli import app as cli
 from control_plane.db import make_engine
 from tests.control_plane.conftest import fresh_database
+from tests.control_plane.deployments.support import CONTROL_PLANE
+from tests.redis_server import free_port
 
 
 def test_migrate_creates_the_schema(backend: str, tmp_path: Path) -> None:
@@ -81,3 +86,20 @@ def test_tokens_create_from_a_secret_file_is_repeatable(
     missing = runner.invoke(cli, [*command[:-1], str(tmp_path / "absent")], env=env)
     assert missing.exit_code == 1 and "cannot read the secret file" in missing.stderr
     assert client.get("/api/v1/nodes", headers=headers).status_code == 200
+
+
+def test_serve_with_several_workers_on_sqlite_warns(tmp_path: Path) -> None:
+    """Several workers on SQLite race for its one write lock: the operator is told at start."""
+    env = {**os.environ, "LLMCP_DATABASE_URL": f"sqlite:///{tmp_path / 'cp.db'}",
+           "LLMCP_PORT": str(free_port())}
+    command = [str(CONTROL_PLANE), "serve", "--workers", "2"]
+    with subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True) as server:
+        try:
+            assert server.stderr is not None
+            # The warning comes before uvicorn starts; the first line is enough.
+            first = server.stderr.readline()
+        finally:
+            os.killpg(server.pid, signal.SIGKILL)
+    assert first.startswith("warning: 2 workers on SQLite race for its one write lock"), first
+    assert "--workers 1" in first

@@ -1,5 +1,6 @@
 """Triton's (KServe v2) HTTP protocol at the gateway: generate, generate_stream, health, model
-ready, metadata and config. Admin endpoints are not served: operators use the control plane."""
+ready, metadata and config. Admin endpoints are not served (``unknown_endpoints.routing_error``
+refuses them): operators use the control plane."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from gateway.auth import bearer_key
 from gateway.backend_parameters import for_backend
@@ -18,7 +19,6 @@ from gateway.prompt_tokens import INPUT_FORMAT, Prompt, is_chat
 from gateway.routing.table import Route, Tenant
 from gateway.service import Gateway
 from gateway.token_counts import SseReader, TokenTally, ask_counts, read_json
-from gateway.unknown_endpoints import allowed_methods, method_not_allowed
 from gateway.upstream_http import HttpUpstream
 
 SERVER_NAME = "llm-gateway"
@@ -230,15 +230,5 @@ def build_router(gateway: Gateway, upstream: HttpUpstream) -> APIRouter:
     async def infer(model: str) -> Response:
         raise NotServed(f"POST /v2/models/{model}/infer is not served: the LLM models are "
                         "decoupled; use /generate, /generate_stream or gRPC ModelStreamInfer")
-
-    @router.api_route("/v2/{rest:path}", methods=["GET", "POST", "PUT", "DELETE"])
-    async def admin(request: Request, rest: str) -> JSONResponse:
-        # A URL served with another method (GET .../generate) is a mistake to name, not an
-        # admin endpoint.
-        if allowed := allowed_methods(request):
-            raise method_not_allowed(request, allowed)
-        raise NotServed(f"/v2/{rest} is not served by the inference gateway: repository, "
-                        "shared-memory, trace, logging and statistics endpoints stay inside; "
-                        "operators use the control plane's admin API")
 
     return router

@@ -1,33 +1,31 @@
 """Answers for URLs the gateway does not serve: which ones it does, in the error shape of the
 protocol the client was speaking, instead of FastAPI's bare ``{"detail": "Not Found"}``.
 
-The common case is an OpenAI client whose base URL lacks ``/v1`` (it then posts to
-``/chat/completions``), or an endpoint of OpenAI's the gateway has not got (``/v1/embeddings``).
+Starlette's router decides what is served: no route for the path is its 404, a route for the path
+but not for the method is its 405 (with ``Allow`` naming the route's methods). ``routing_error()``
+turns those into the gateway's errors. The common cases are an OpenAI client whose base URL lacks
+``/v1`` (it then posts to ``/chat/completions``), an endpoint of OpenAI's the gateway has not got
+(``/v1/embeddings``), and Triton's admin endpoints under ``/v2``, which stay inside.
 """
 
 from __future__ import annotations
 
 from fastapi import Request
-from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
 
-from gateway.errors import MethodNotAllowed, UnknownEndpoint
-
-# The routes that answer for whole prefixes: a path they match is not served for that reason.
-CATCH_ALL = "{rest:path}"
+from gateway.errors import GatewayError, MethodNotAllowed, NotServed, UnknownEndpoint
 
 OPENAI_ENDPOINTS = "POST /v1/chat/completions, POST /v1/completions and GET /v1/models"
 
 
-def allowed_methods(request: Request) -> list[str]:
-    """The methods the gateway serves at the request's path, by its routes (none if it serves
-    the path with no method)."""
-    path = request.url.path
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        if isinstance(route, APIRoute) and CATCH_ALL not in route.path and \
-                route.path_regex.match(path):
-            methods |= route.methods
-    return sorted(methods)
+def routing_error(request: Request, exc: HTTPException) -> GatewayError | None:
+    """The gateway's error for the router's 404 or 405; None for any other status."""
+    if exc.status_code == 405:
+        allow = (exc.headers or {}).get("Allow", "")
+        return method_not_allowed(request, [m.strip() for m in allow.split(",") if m.strip()])
+    if exc.status_code == 404:
+        return unknown_endpoint(request)
+    return None
 
 
 def method_not_allowed(request: Request, allowed: list[str]) -> MethodNotAllowed:
@@ -36,13 +34,17 @@ def method_not_allowed(request: Request, allowed: list[str]) -> MethodNotAllowed
                             f"{' or '.join(f'{method} {path}' for method in allowed)}", allowed)
 
 
-def unknown_endpoint(request: Request) -> UnknownEndpoint:
+def unknown_endpoint(request: Request) -> GatewayError:
     """Why the request's URL is not served here, and what is."""
-    allowed = allowed_methods(request)
-    if allowed:
-        return method_not_allowed(request, allowed)
-    what = f"{request.method} {request.url.path}"
-    if request.url.path.startswith("/v1/"):
+    path = request.url.path
+    what = f"{request.method} {path}"
+    if path == "/v2" or path.startswith("/v2/"):
+        # Triton's repository, shared-memory, trace, logging and statistics endpoints: refused
+        # (403, as the gRPC side refuses their RPCs), not unknown.
+        return NotServed(f"{path} is not served by the inference gateway: repository, "
+                         "shared-memory, trace, logging and statistics endpoints stay inside; "
+                         "operators use the control plane's admin API")
+    if path.startswith("/v1/"):
         return UnknownEndpoint(f"{what} is not served here: this gateway's OpenAI API is "
                                f"{OPENAI_ENDPOINTS} (text generation only)")
     return UnknownEndpoint(

@@ -446,7 +446,7 @@ def main() -> None:
                         help="time limit of each snapshot's MIP")
     parser.add_argument("--defragment-every", type=int, default=50,
                         help="arrivals between two defragmentation plans")
-    parser.add_argument("--defragment-engines", type=int, default=50,
+    parser.add_argument("--defragment-engines", type=int, default=200,
                         help="engines one plan may move at most")
     parser.add_argument("--repack-rounds", type=int, default=3,
                         help="neighbourhoods one repack plan solves (0: no repacked run)")

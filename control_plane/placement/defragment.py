@@ -15,11 +15,13 @@ own). A version goes to GPUs already in use, the tightest first, and opens an em
 that GPU is larger than the one being drained, the largest first: the first drain onto it frees
 nothing, the next ones fill it. A version that fits nowhere as things stand (typically engines of
 tensor parallelism 4 or 8 on small GPUs, while the large ones are nearly full) gets room made on
-larger GPUs in use of one node: single-GPU versions move off them, the largest first, into room
-elsewhere, then it moves in (the nodes that need the least moved off are tried, six at most; a
-version no room could be made for is not tried again in the plan). A drain that would leave more
-GPUs in use than before is not proposed, a version moves at most once per plan, and the plan ends
-at the drain after which the fewest GPUs are in use, so it never ends on a GPU opened for nothing.
+larger GPUs in use of one node: single-GPU versions move off them, the smallest first, into room
+elsewhere, opening empty GPUs of any size if need be, then it moves in (the nodes that need the
+least moved off are tried, six at most; a version no room could be made for is not tried again in
+the plan). A drain that would leave more GPUs in use than before is not proposed, nor one that
+leaves as many without opening a larger GPU; a version moves at most once per plan, and the plan
+ends at the drain after which the fewest GPUs are in use, so it never ends on a GPU opened for
+nothing.
 
 Moves are make-before-break and feasible in order: each books its target beside what is booked
 after the moves before it, then releases its version's old reservations. A GPU a plan drains is
@@ -255,13 +257,18 @@ class _Scratch:
             mark = self.mark()
             room = frozen | {gpu.key for _, gpu in chosen}
             for short, gpu in chosen:
-                # Largest first: the fewest moved to cover the shortfall (then by holder: a
-                # set's order changes from process to process, and the plan must not).
-                for other in sorted(gpu.holders, key=lambda h: (-self._single(h), h)):
+                # Smallest first: small engines fit the holes of GPUs in use, and those that
+                # open an empty GPU (of any size) pack many to it, where one large engine would
+                # take a GPU of its own; the drain is kept only if it frees more GPUs than it
+                # opens. Largest first, with empty GPUs opened only when larger than this one,
+                # left 1.077 x an offline first-fit decreasing on the placement benchmark
+                # against 1.055 (docs/benchmarks.md). Then by holder: a set's order changes
+                # from process to process, and the plan must not.
+                for other in sorted(gpu.holders, key=lambda h: (self._single(h), h)):
                     if short <= 0:
                         break
                     size = self._single(other)
-                    if size and self.move(other, room, opens_above=gpu.total) is not None:
+                    if size and self.move(other, room, opens_above=0) is not None:
                         short -= size
                 if short > 0:
                     break
@@ -420,7 +427,9 @@ def _drain(scratch: _Scratch, holders: list[str], source: _Gpu,
                    if not scratch.gpus[key].booked and change)
     opened = sorted(key for key, change in changes.items()
                     if scratch.gpus[key].booked == change and change)
-    if len(freed) < len(opened) or (len(freed) == len(opened) and not opened):
+    # As many as it frees is kept only when what it opens is larger (the next drains fill it).
+    if len(freed) < len(opened) or (len(freed) == len(opened) and not any(
+            scratch.gpus[key].total > source.total for key in opened)):
         scratch.undo(mark)
         return None
     return _Drain(moves, freed, opened), mark

@@ -141,7 +141,8 @@ def test_the_smallest_gpus_are_drained_first() -> None:
 
 def test_room_is_made_on_larger_gpus_for_a_version_on_several() -> None:
     # X (tp 2, 15 GiB a GPU) alone on a's two 24 GiB GPUs fits no node as things stand: b's GPU 0
-    # lacks 9 GiB. W (60 GiB) moves off it to c, then X to b: a's two GPUs freed, none opened.
+    # lacks 9 GiB. Y (10 GiB, the smallest that covers it) moves off it to c, then X to b: a's
+    # two GPUs freed, none opened.
     # GPU by GPU, no drain frees anything: c's V takes b's last room, and W and Y then stay.
     x = request(15, tp=2, holder="x/prod@a:v1")
     w, y = request(60, holder="w/prod@b:v1"), request(10, holder="y/prod@b:v1")
@@ -151,10 +152,34 @@ def test_room_is_made_on_larger_gpus_for_a_version_on_several() -> None:
                                     (t, "b", (1,)), (v, "c", (0,))])
     plan = plan_defragmentation(state, requests, UNLIMITED)
     booked = carry_out(state, plan)
-    assert [m.holder for m in plan.moves][:2] == [w.holder, x.holder]
+    assert [m.holder for m in plan.moves][:2] == [y.holder, x.holder]
     assert plan.moves[0].target.node == "c" and plan.moves[1].target.node == "b"
     assert {("a", "GPU-a-0"), ("a", "GPU-a-1")} <= set(plan.freed) and not plan.opened
     assert len(in_use(booked)) == plan.gpus_in_use_after == 3
+
+
+def test_room_made_may_open_smaller_gpus_when_the_drain_frees_more() -> None:
+    # X (tp 8, 40 GiB a GPU) alone on s's eight 48 GiB GPUs fits no node as things stand: each of
+    # b's 141 GiB GPUs holds 100 GiB and lacks 6. Its two 5 GiB engines move off each, the
+    # smallest first, to e's empty 48 GiB GPUs (nine to one), then X to b: eight GPUs freed for
+    # two opened. Moved off largest first, or onto larger GPUs only, nothing could move.
+    x = request(40, tp=8, holder="x/prod@s:v1")
+    placed = [(x, "s", tuple(range(8)))]
+    for i in range(8):
+        placed += [(request(90, holder=f"big{i}/prod@b:v1"), "b", (i,)),
+                   (request(5, holder=f"small{i}a/prod@b:v1"), "b", (i,)),
+                   (request(5, holder=f"small{i}b/prod@b:v1"), "b", (i,))]
+    state, requests = spread_fleet([node("s", [48] * 8), node("b", [141] * 8),
+                                    node("e", [48, 48])], placed)
+    plan = plan_defragmentation(state, requests, UNLIMITED)
+    booked = carry_out(state, plan)
+    moved = {m.holder: m.target.node for m in plan.moves}
+    assert moved[x.holder] == "b" and not any(h.startswith("big") for h in moved)
+    assert {node for h, node in moved.items() if h.startswith("small")} == {"e"}
+    assert len(moved) == 17
+    assert set(plan.freed) == {("s", f"GPU-s-{i}") for i in range(8)}
+    assert set(plan.opened) == {("e", "GPU-e-0"), ("e", "GPU-e-1")}
+    assert len(in_use(booked)) == plan.gpus_in_use_after == 10
 
 
 def test_room_is_made_for_a_refused_request() -> None:
@@ -184,11 +209,12 @@ def test_no_room_plan_when_none_can_be_made() -> None:
 
 
 def tied_plan() -> list[tuple[str, str, tuple[tuple[int, ...], ...]]]:
-    """A plan that has to choose between two equal versions: W1 or W2 (30 GiB each) moves off
-    b's GPU 0 to c to make room for X (tp 2, off a's small GPUs); one is enough."""
+    """A plan that has to choose between two equal versions: W1 or W2 (10 GiB each, the
+    smallest) moves off b's GPU 0 to c to make room for X (tp 2, off a's small GPUs); one is
+    enough."""
     x = request(15, tp=2, holder="x/prod@a:v1")
-    w1, w2 = request(30, holder="w1/prod@b:v1"), request(30, holder="w2/prod@b:v1")
-    t, y = request(10, holder="t/prod@b:v1"), request(50, holder="y/prod@b:v1")
+    w1, w2 = request(10, holder="w1/prod@b:v1"), request(10, holder="w2/prod@b:v1")
+    t, y = request(50, holder="t/prod@b:v1"), request(50, holder="y/prod@b:v1")
     v = request(10, holder="v/prod@c:v1")
     state, requests = spread_fleet([node("a", [24, 24]), node("b", [80, 80]), node("c", [80])],
                                    [(x, "a", (0, 1)), (w1, "b", (0,)), (w2, "b", (0,)),

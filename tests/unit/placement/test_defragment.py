@@ -143,7 +143,7 @@ def test_room_is_made_on_larger_gpus_for_a_version_on_several() -> None:
     # X (tp 2, 15 GiB a GPU) alone on a's two 24 GiB GPUs fits no node as things stand: b's GPU 0
     # lacks 9 GiB. Y (10 GiB, the smallest that covers it) moves off it to c, then X to b: a's
     # two GPUs freed, none opened.
-    # GPU by GPU, no drain frees anything: c's V takes b's last room, and W and Y then stay.
+    # GPU by GPU, no drain frees anything: c's V takes b's last room, and W then stays.
     x = request(15, tp=2, holder="x/prod@a:v1")
     w, y = request(60, holder="w/prod@b:v1"), request(10, holder="y/prod@b:v1")
     t, v = request(50, holder="t/prod@b:v1"), request(10, holder="v/prod@c:v1")

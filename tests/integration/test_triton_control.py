@@ -251,8 +251,9 @@ def test_load_slower_than_its_timeout_is_unreachable_and_still_finishes_on_the_n
                            load_timeout_s=0.5) as impatient:
         started = time.monotonic()
         with pytest.raises(NodeUnreachable, match="may still finish"):
-            impatient.load("slow", adder_config("slow"), adder_files(sleep=2))
-        assert time.monotonic() - started < 1.5
+            impatient.load("slow", adder_config("slow"), adder_files(sleep=4))
+        # Gave up at its 0.5 s timeout, not when the 4 s load ended (loose for a loaded host).
+        assert time.monotonic() - started < 3
     try:
         assert wait_until(lambda: control.is_model_ready("slow"), 15)
     finally:
@@ -305,7 +306,8 @@ def test_stopped_node_is_unreachable_at_once_and_reachable_again_after_restart(s
             started = time.monotonic()
             with pytest.raises(NodeUnreachable, match="127.0.0.1"):
                 call()
-            assert time.monotonic() - started < 1, "a refused connection fails at once"
+            # Well under the 5 s call timeout: not retried until it runs out.
+            assert time.monotonic() - started < 2.5, "a refused connection fails at once"
 
         short_lived.start()
         started = time.monotonic()

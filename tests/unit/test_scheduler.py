@@ -733,7 +733,7 @@ def test_wait_idle_true_when_nothing_runs(rec):
     begun = time.monotonic()
     assert sched.wait_idle(0.0) is True
     assert sched.wait_idle(5.0) is True
-    assert time.monotonic() - begun < 1.0
+    assert time.monotonic() - begun < 4.0  # it did not wait its 5 s
 
 
 def test_wait_idle_false_when_work_stays(rec):

@@ -8,13 +8,16 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from control_plane.db import transaction
+from control_plane.db import database_url, transaction
+from control_plane.leader import LeaderLock
 from control_plane.promotions.orm import Promotion, PromotionState
 from control_plane.promotions.schemas import STEPS, PromotionOut
 from control_plane.registry.orm import Model
@@ -88,9 +91,12 @@ def _register_node(live_url: str, admin: dict[str, str], name: str, port: int) -
         assert response.status_code == 201, response.text
 
 
-def _running_promotion(session_factory: sessionmaker[Session]) -> str:
-    """A promotion of 'chat' that stays running: recorded as one, but never submitted to the
-    driver, so it neither advances nor ends while the test looks at it."""
+@contextmanager
+def _running_promotion(session_factory: sessionmaker[Session]) -> Iterator[str]:
+    """A promotion of 'chat' that stays running while the test looks at it: recorded as one,
+    and driven by "another process" — the test holds its driver lock, so the server's adopter,
+    which resumes unfinished promotions nobody drives every 10 s, leaves it alone (on a loaded
+    CI machine the test outlasted that once, and the adopted run failed it: n1 is no node)."""
     with transaction(session_factory) as session:
         model = session.scalars(select(Model).where(Model.name == "chat")).one()
         promotion = Promotion(id=uuid.uuid4().hex, model_id=model.id, alias="production",
@@ -99,48 +105,51 @@ def _running_promotion(session_factory: sessionmaker[Session]) -> str:
                               gate_results=[], nodes=["n1"], progress={},
                               requested_by="test-setup")
         session.add(promotion)
-        return promotion.id
+        promotion_id = promotion.id
+    with LeaderLock(database_url(session_factory), f"promotion-{promotion_id}") as driver:
+        assert driver.try_acquire()
+        yield promotion_id
 
 
 def test_wait_times_out_with_the_id_and_a_second_promotion_conflicts(
         llmctl: Llmctl, live_url: str, admin: dict[str, str],
         session_factory: sessionmaker[Session]) -> None:
     _model_with_a_version(live_url, admin)
-    running = _running_promotion(session_factory)
-    waited = llmctl("promotions", "wait", running, "--timeout", "1.5", "--json")
-    document = waited.error_document(4)
-    assert document["promotion_id"] == running
-    assert PromotionOut.model_validate(document["promotion"]).state == "running"
-    assert f"llmctl promotions wait {running}" in document["detail"]
-    in_ci = llmctl("promotions", "wait", running, "--timeout", "1", env={"CI": "true"})
-    assert in_ci.code == 4 and running in in_ci.stderr
-    assert f"promotion {running} of 'chat' to 'production': running" in in_ci.stderr
+    with _running_promotion(session_factory) as running:
+        waited = llmctl("promotions", "wait", running, "--timeout", "1.5", "--json")
+        document = waited.error_document(4)
+        assert document["promotion_id"] == running
+        assert PromotionOut.model_validate(document["promotion"]).state == "running"
+        assert f"llmctl promotions wait {running}" in document["detail"]
+        in_ci = llmctl("promotions", "wait", running, "--timeout", "1", env={"CI": "true"})
+        assert in_ci.code == 4 and running in in_ci.stderr
+        assert f"promotion {running} of 'chat' to 'production': running" in in_ci.stderr
 
-    second = llmctl("promote", "chat", "--version", "1", "--to", "production", "--node", "n1",
-                    "--wait", "--json")
-    assert second.error_document(6)["promotion_id"] == running
-    human = llmctl("promote", "chat", "--version", "1", "--to", "production", "--node", "n1")
-    assert human.code == 6 and f"promotion {running} of 'chat' is still running" in human.stderr
+        second = llmctl("promote", "chat", "--version", "1", "--to", "production", "--node", "n1",
+                        "--wait", "--json")
+        assert second.error_document(6)["promotion_id"] == running
+        human = llmctl("promote", "chat", "--version", "1", "--to", "production", "--node", "n1")
+        assert human.code == 6 and f"promotion {running} of 'chat' is still running" in human.stderr
 
-    listed = llmctl("promotions", "list", "chat", "--state", "running", "--json").document()
-    assert [p["id"] for p in listed["items"]] == [running]
-    shown = llmctl("promotions", "show", running)
-    assert shown.code == 0 and "STEP" in shown.stdout and "deploy_candidate" in shown.stdout
+        listed = llmctl("promotions", "list", "chat", "--state", "running", "--json").document()
+        assert [p["id"] for p in listed["items"]] == [running]
+        shown = llmctl("promotions", "show", running)
+        assert shown.code == 0 and "STEP" in shown.stdout and "deploy_candidate" in shown.stdout
 
 
 def test_waiting_on_a_terminal_shows_a_live_display(
         live_url: str, admin: dict[str, str], session_factory: sessionmaker[Session],
         tmp_path: Path) -> None:
     _model_with_a_version(live_url, admin)
-    running = _running_promotion(session_factory)
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "TERM": "xterm-256color",
-           "LLMCP_URL": live_url, "LLMCP_TOKEN": secret_of(admin)}
-    code, written = in_a_terminal(["promotions", "wait", running, "--timeout", "2"], env)
-    assert code == 4, written
-    # The display redraws in place (cursor movements) and lists the steps as they stand.
-    assert "\x1b[" in written and "deploy_candidate" in written and "pending" in written
-    assert f"promotion {running} of 'chat' to 'production': running" in written
-    assert f"llmctl promotions wait {running}" in written
+    with _running_promotion(session_factory) as running:
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "TERM": "xterm-256color",
+               "LLMCP_URL": live_url, "LLMCP_TOKEN": secret_of(admin)}
+        code, written = in_a_terminal(["promotions", "wait", running, "--timeout", "2"], env)
+        assert code == 4, written
+        # The display redraws in place (cursor movements) and lists the steps as they stand.
+        assert "\x1b[" in written and "deploy_candidate" in written and "pending" in written
+        assert f"promotion {running} of 'chat' to 'production': running" in written
+        assert f"llmctl promotions wait {running}" in written
 
 
 def test_a_failed_promotion_exits_3_and_says_where(llmctl: Llmctl, live_url: str,

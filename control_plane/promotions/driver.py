@@ -36,6 +36,12 @@ log = logging.getLogger(__name__)
 Observe = Callable[[str, str, str, int, float, str | None], Observation]
 
 
+def driver_lock(url: str, promotion_id: str) -> LeaderLock:
+    """The lock whose holder drives ``promotion_id``: one driver among every process on the
+    database at ``url``; the adopter leaves a promotion whose lock is held alone."""
+    return LeaderLock(url, f"promotion-{promotion_id}")
+
+
 class Publish(Protocol):
     """Called in the transaction that ends a promotion (the webhook outbox), then after it
     commits. What it returns (the outbox's event) goes unused, so any return type will do."""
@@ -104,7 +110,7 @@ class PromotionDriver:
     def _run(self, promotion_id: str, resume: bool) -> None:
         # One driver per promotion among every process on the database: the lock is held for the
         # whole run and dies with its process, whose promotions another process then adopts.
-        lock = LeaderLock(self.database_url, f"promotion-{promotion_id}")
+        lock = driver_lock(self.database_url, promotion_id)
         with self._guard:
             if promotion_id in self._driving:
                 return

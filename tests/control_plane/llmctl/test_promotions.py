@@ -17,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.db import database_url, transaction
-from control_plane.leader import LeaderLock
+from control_plane.promotions.driver import driver_lock
 from control_plane.promotions.orm import Promotion, PromotionState
 from control_plane.promotions.schemas import STEPS, PromotionOut
 from control_plane.registry.orm import Model
@@ -106,7 +106,7 @@ def _running_promotion(session_factory: sessionmaker[Session]) -> Iterator[str]:
                               requested_by="test-setup")
         session.add(promotion)
         promotion_id = promotion.id
-    with LeaderLock(database_url(session_factory), f"promotion-{promotion_id}") as driver:
+    with driver_lock(database_url(session_factory), promotion_id) as driver:
         assert driver.try_acquire()
         yield promotion_id
 

@@ -49,6 +49,7 @@ from typing import Any
 import highspy
 
 from bench.common import percentile, print_table, write_results
+from bench.placement_consolidate import plan_consolidation
 from bench.placement_optimum import NodeKind, Shape, solve
 from bench.placement_repack import RepackSettings, plan_repack
 from bench.placement_stream import (
@@ -79,6 +80,9 @@ from control_plane.placement.model import (
 from control_plane.placement.place import place_on_fleet
 from control_plane.placement.state import FleetState
 
+# A consolidation moves what its layout needs, however much: the trial measures that cost.
+CONSOLIDATION_BUDGET = MoveBudget(engines=10_000)
+
 
 @dataclass(frozen=True)
 class Defragmenting:
@@ -95,6 +99,11 @@ class Defragmenting:
     # After each plan of ``plan_defragmentation()``, the moves of a repack (a trial planner with
     # a MIP, ``bench/placement_repack.py``) as well.
     repack: RepackSettings | None = None
+    # Every ``consolidate_every`` arrivals (at ``consolidate_offset`` modulo it), after that
+    # arrival's defragmentation plan if any: the moves of ``plan_consolidation()``.
+    consolidate_every: int | None = None
+    consolidate_offset: int = 0
+    consolidate_budget: MoveBudget = CONSOLIDATION_BUDGET
 
 
 def run_ours(versions: list[Version], headroom: float = HEADROOM,
@@ -174,7 +183,10 @@ def run_ours(versions: list[Version], headroom: float = HEADROOM,
             state.book(loaded)
             for reservation in loaded:
                 used[(reservation.node, reservation.gpu_uuid)] += reservation.bytes
-            state.release(move.release)
+            # Every engine here is loaded once booked: a move that releases where an earlier
+            # move of the same plan put it (a consolidation's step aside) names the reservation
+            # as planned, before it loaded.
+            state.release(replace(r, active=True) for r in move.release)
             for reservation in move.release:
                 used[(reservation.node, reservation.gpu_uuid)] -= reservation.bytes
             for node in {target.node, *(r.node for r in move.release)}:
@@ -183,8 +195,19 @@ def run_ours(versions: list[Version], headroom: float = HEADROOM,
             live[number] = (loaded, fleet.kind_of[target.node], live[number][2])
 
     def defragment(arrival: int) -> None:
-        if defragmenting is None or arrival % defragmenting.every != defragmenting.offset:
+        if defragmenting is None:
             return
+        if arrival % defragmenting.every == defragmenting.offset:
+            defragment_now()
+        every = defragmenting.consolidate_every
+        if every is not None and arrival % every == defragmenting.consolidate_offset:
+            started = time.perf_counter()
+            plan = plan_consolidation(state, requests, defragmenting.consolidate_budget)
+            run.consolidation.count(plan, time.perf_counter() - started)
+            carry_out(plan.moves)
+
+    def defragment_now() -> None:
+        assert defragmenting is not None
         started = time.perf_counter()
         plan = plan_defragmentation(state, requests, defragmenting.budget)
         run.defragmentation.count(plan, time.perf_counter() - started)
@@ -276,7 +299,7 @@ def _layout(live: list[tuple[tuple[Reservation, ...], Version]],
 Placed = list[tuple[tuple[Reservation, ...], Version]]
 
 
-def _first_fit_decreasing(live: Placed, fleet: Fleet) -> tuple[Placed, int] | None:
+def first_fit_decreasing(live: Placed, fleet: Fleet) -> tuple[Placed, int] | None:
     """Every live version placed again at once, largest first (by share of a GPU, then by GPUs,
     or the other way round: whichever fits and uses fewer GPUs), each on the first node (largest
     GPUs first) with enough GPUs that fit it, tightest GPUs first, under the product's rules;
@@ -322,7 +345,7 @@ def optimum(run: Run, time_limit: float) -> list[dict[str, Any]]:
     for arrival, live in sorted(run.snapshots.items()):
         ours = run.in_use[arrival]
         start, start_from = _layout(live, fleet.kind_of), "ours"
-        repacked = _first_fit_decreasing(live, fleet)
+        repacked = first_fit_decreasing(live, fleet)
         if repacked is not None and repacked[1] < ours:
             start, start_from = _layout(repacked[0], fleet.kind_of), "first-fit decreasing"
         solved = solve(Counter(_shape(version) for _, version in live), kinds, HEADROOM, start,

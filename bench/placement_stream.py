@@ -105,6 +105,8 @@ class Run:
     defragmentation: Planned = field(default_factory=Planned)
     repack: Planned = field(default_factory=Planned)
     room: Planned = field(default_factory=Planned)
+    # With consolidation: the maintenance-window re-layouts (``plan_consolidation()``).
+    consolidation: Planned = field(default_factory=Planned)
     # Moves, of any plan, whose target did not fit beside what was booked when they ran (never
     # expected).
     moves_infeasible: int = 0

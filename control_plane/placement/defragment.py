@@ -111,7 +111,7 @@ class _Drain:
     opened: list[GpuKey]
 
 
-class _Scratch:
+class FleetScratch:
     """The fleet's GPUs and who holds what, changed as moves are planned, with an undo log."""
 
     def __init__(self, fleet: FleetState, requests: Mapping[str, PlacementRequest]) -> None:
@@ -134,7 +134,7 @@ class _Scratch:
         self.held: dict[str, list[Reservation]] = {}
         for reservation in fleet.ledger.reservations():
             self.held.setdefault(reservation.holder, []).append(reservation)
-            self._add(reservation)
+            self.add(reservation)
         # What each GPU holds before any move: what a plan's freed and opened GPUs are read from.
         self.booked_before = {key: gpu.booked for key, gpu in self.gpus.items()}
         self._log: list[Move] = []
@@ -217,9 +217,9 @@ class _Scratch:
                               gpus=[(gpu.index, gpu.key[1]) for gpu in chosen_gpus],
                               total=min(gpu.total for gpu in chosen_gpus))
         for reservation in target.reservations:
-            self._add(reservation)
+            self.add(reservation)
         for reservation in current:
-            self._remove(reservation)
+            self.remove(reservation)
         self.held[holder] = list(target.reservations)
         move = Move(holder=holder, release=tuple(current), target=target)
         self._log.append(move)
@@ -246,7 +246,7 @@ class _Scratch:
                 booking, usable = engine_fit(request.bytes_per_gpu, request.headroom_fraction,
                                              gpu.total)
                 short = gpu.booked + gpu.foreign + booking - usable
-                if short > 0 and short > sum(self._single(h) for h in gpu.holders):
+                if short > 0 and short > sum(self.single_bytes(h) for h in gpu.holders):
                     continue
                 groups.setdefault(gpu.total, []).append((max(short, 0), gpu))
             for group in groups.values():
@@ -264,10 +264,10 @@ class _Scratch:
                 # left 1.077 x an offline first-fit decreasing on the placement benchmark
                 # against 1.055 (docs/benchmarks.md). Then by holder: a set's order changes
                 # from process to process, and the plan must not.
-                for other in sorted(gpu.holders, key=lambda h: (self._single(h), h)):
+                for other in sorted(gpu.holders, key=lambda h: (self.single_bytes(h), h)):
                     if short <= 0:
                         break
-                    size = self._single(other)
+                    size = self.single_bytes(other)
                     if size and self.move(other, room, opens_above=0) is not None:
                         short -= size
                 if short > 0:
@@ -280,7 +280,7 @@ class _Scratch:
         self.no_room.add(holder)
         return None
 
-    def _single(self, holder: str) -> int:
+    def single_bytes(self, holder: str) -> int:
         """The bytes of ``holder``'s one engine if it is a movable single-GPU version, else 0."""
         request = self.requests.get(holder)
         if request is None or request.tensor_parallel_size * request.replicas != 1 or \
@@ -299,19 +299,19 @@ class _Scratch:
         while len(self._log) > mark:
             move = self._log.pop()
             for reservation in move.target.reservations:
-                self._remove(reservation)
+                self.remove(reservation)
             for reservation in move.release:
-                self._add(reservation)
+                self.add(reservation)
             self.held[move.holder] = list(move.release)
             self.moved.discard(move.holder)
 
-    def _add(self, reservation: Reservation) -> None:
+    def add(self, reservation: Reservation) -> None:
         gpu = self.gpus.get((reservation.node, reservation.gpu_uuid))
         if gpu is not None:
             gpu.booked += reservation.bytes
             gpu.holders.add(reservation.holder)
 
-    def _remove(self, reservation: Reservation) -> None:
+    def remove(self, reservation: Reservation) -> None:
         gpu = self.gpus.get((reservation.node, reservation.gpu_uuid))
         if gpu is not None:
             gpu.booked -= reservation.bytes
@@ -338,7 +338,7 @@ def plan_defragmentation(fleet: FleetState, requests: Mapping[str, PlacementRequ
                          budget: MoveBudget) -> DefragmentationPlan:
     """The moves, within ``budget``, that leave the fewest GPUs in use; ``requests`` by holder
     (a holder without one, or on the CPU, stays where it is)."""
-    scratch = _Scratch(fleet, requests)
+    scratch = FleetScratch(fleet, requests)
     before = scratch.in_use()
     drains: list[_Drain] = []
     frozen: set[GpuKey] = set()
@@ -370,7 +370,7 @@ def plan_defragmentation(fleet: FleetState, requests: Mapping[str, PlacementRequ
             if bytes_left is not None:
                 bytes_left -= cost
             progress = True
-    return _plan_of(scratch, [move for drain in _best_prefix(drains) for move in drain.moves],
+    return plan_of(scratch, [move for drain in _best_prefix(drains) for move in drain.moves],
                     before)
 
 
@@ -380,7 +380,7 @@ def plan_room(fleet: FleetState, requests: Mapping[str, PlacementRequest],
     which ``request`` (refused where things stand) fits there; None when no such moves exist.
     They make room in large GPUs for what only large GPUs hold. The plan's figures count its
     moves alone, before the request is placed (``place()`` places it, once they are done)."""
-    scratch = _Scratch(fleet, {**requests, request.holder: request})
+    scratch = FleetScratch(fleet, {**requests, request.holder: request})
     scratch.held.setdefault(request.holder, [])
     before = scratch.in_use()
     mark = scratch.mark()
@@ -391,10 +391,10 @@ def plan_room(fleet: FleetState, requests: Mapping[str, PlacementRequest],
     if not moves or sum(move.engines for move in moves) > budget.engines or (
             budget.bytes is not None and sum(move.bytes for move in moves) > budget.bytes):
         return None
-    return _plan_of(scratch, moves, before)
+    return plan_of(scratch, moves, before)
 
 
-def _plan_of(scratch: _Scratch, moves: list[Move], before: int) -> DefragmentationPlan:
+def plan_of(scratch: FleetScratch, moves: list[Move], before: int) -> DefragmentationPlan:
     """``moves`` as a plan: the GPUs they leave empty and open, read against what each GPU held
     before any move, and the GPUs in use before and after."""
     changes = _changes(moves)
@@ -407,7 +407,7 @@ def _plan_of(scratch: _Scratch, moves: list[Move], before: int) -> Defragmentati
                                gpus_in_use_after=before - len(freed) + len(opened))
 
 
-def _drain(scratch: _Scratch, holders: list[str], source: _Gpu,
+def _drain(scratch: FleetScratch, holders: list[str], source: _Gpu,
            frozen: set[GpuKey]) -> tuple[_Drain, int] | None:
     """Move every holder off ``source``, or nothing (None) when one cannot move or the drain
     would leave more GPUs in use, or as many with nothing larger opened."""

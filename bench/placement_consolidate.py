@@ -147,7 +147,9 @@ def _ordered(scratch: FleetScratch, requests: Mapping[str, PlacementRequest],
         if not waiting:
             return None
         holder = min(waiting, key=lambda h: (requests[h].bytes_per_gpu, h))
-        aside = next((gpu.key for gpu in spare if fits(holder, gpu.key)), None)
+        allowed = requests[holder].nodes
+        aside = next((gpu.key for gpu in spare if (allowed is None or gpu.key[0] in allowed)
+                      and fits(holder, gpu.key)), None)
         if aside is None:
             return None
         stepped_aside.add(holder)

@@ -122,6 +122,18 @@ def test_a_cycle_with_no_spare_gpu_gets_no_moves() -> None:
                     {a.holder: ("a", "GPU-a-1"), b.holder: ("a", "GPU-a-0")}) is None
 
 
+def test_a_version_pinned_to_its_node_never_steps_aside_onto_another() -> None:
+    # The only spare GPU is on node b, where the pinned version may not go: no way through.
+    a = request(50, nodes=("a",), holder="a/prod@a:v1")
+    b = request(50, nodes=("a",), holder="b/prod@a:v1")
+    state, requests = spread_fleet([node("a", [80, 80]), node("b", [80])],
+                                   [(a, "a", (0,)), (b, "a", (1,))])
+    scratch = FleetScratch(state, requests)
+    current = {h: scratch.held[h][0] for h in requests}
+    assert _ordered(scratch, requests, current,
+                    {a.holder: ("a", "GPU-a-1"), b.holder: ("a", "GPU-a-0")}) is None
+
+
 def test_the_plan_reads_the_fleet_and_changes_nothing() -> None:
     state, requests = stuck_fleet()
     before = sorted(state.ledger.reservations(), key=repr)

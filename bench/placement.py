@@ -103,6 +103,8 @@ class Defragmenting:
     # arrival's defragmentation plan if any: the moves of ``plan_consolidation()``.
     consolidate_every: int | None = None
     consolidate_offset: int = 0
+    # And after these arrivals, whatever the period.
+    consolidate_at: frozenset[int] = frozenset()
     consolidate_budget: MoveBudget = CONSOLIDATION_BUDGET
 
 
@@ -200,7 +202,8 @@ def run_ours(versions: list[Version], headroom: float = HEADROOM,
         if arrival % defragmenting.every == defragmenting.offset:
             defragment_now()
         every = defragmenting.consolidate_every
-        if every is not None and arrival % every == defragmenting.consolidate_offset:
+        if (every is not None and arrival % every == defragmenting.consolidate_offset) or \
+                arrival in defragmenting.consolidate_at:
             started = time.perf_counter()
             plan = plan_consolidation(state, requests, defragmenting.consolidate_budget)
             run.consolidation.count(plan, time.perf_counter() - started)

@@ -36,14 +36,17 @@ from control_plane.placement.defragment import MoveBudget
 
 VERSIONS = 5000
 PEAK_DEMAND = 0.80
-# (name, plans every, engines per plan, consolidation every or None, after arrival modulo it)
+AT_SNAPSHOTS = -1
+# (name, plans every, engines per plan, consolidation every or None, after arrival modulo it;
+# AT_SNAPSHOTS: after each snapshot's arrival instead)
 TRIALS = [
     ("plans every 50 arrivals, 200 engines (the benchmark's)", 50, 200, None, 0),
     ("plans every 25 arrivals, 100 engines", 25, 100, None, 0),
     ("plans every 10 arrivals, 40 engines", 10, 40, None, 0),
     ("the benchmark's plans; consolidation every 500 arrivals", 50, 200, 500, 25),
     # The snapshots are taken after the arrival's plans: the most a consolidation can show there.
-    ("the benchmark's plans; consolidation at each snapshot (its best case)", 50, 200, 1250, 0),
+    ("the benchmark's plans; consolidation at each snapshot (its best case)", 50, 200,
+     AT_SNAPSHOTS, 0),
 ]
 # The trial whose GPUs in use are followed by arrivals since its last consolidation.
 FOLLOWED = 500
@@ -55,11 +58,15 @@ def trial(spec: tuple[str, int, int, int | None, int], count: int = VERSIONS) ->
     name, every, engines, consolidate, consolidate_offset = spec
     fleet_bytes = sum(total * nodes * GPUS_PER_NODE for _, total, nodes in NODE_KINDS)
     versions, _ = make_versions(count, PEAK_DEMAND, fleet_bytes)
-    defragmenting = Defragmenting(every, MoveBudget(engines), offset=every // 2, make_room=True,
-                                  consolidate_every=consolidate,
-                                  consolidate_offset=consolidate_offset)
+    snapshot_at = snapshot_arrivals(count)
+    at_snapshots = consolidate == AT_SNAPSHOTS
+    defragmenting = Defragmenting(
+        every, MoveBudget(engines), offset=every // 2, make_room=True,
+        consolidate_every=None if at_snapshots else consolidate,
+        consolidate_offset=consolidate_offset,
+        consolidate_at=snapshot_at if at_snapshots else frozenset())
     started = time.perf_counter()
-    run = run_ours(versions, snapshot_at=snapshot_arrivals(count),
+    run = run_ours(versions, snapshot_at=snapshot_at,
                    defragmenting=defragmenting)
     fleet = Fleet.build()
     snapshots: list[dict[str, Any]] = []
@@ -70,7 +77,9 @@ def trial(spec: tuple[str, int, int, int | None, int], count: int = VERSIONS) ->
     plans = (run.defragmentation, run.room, run.consolidation)
     return {
         "trial": name, "plans_every": every, "engines_per_plan": engines,
-        "consolidate_every": consolidate, "consolidate_offset": consolidate_offset,
+        "consolidate_every": None if at_snapshots else consolidate,
+        "consolidate_at": sorted(snapshot_at) if at_snapshots else None,
+        "consolidate_offset": consolidate_offset,
         "seconds": time.perf_counter() - started,
         "in_use": run.in_use,
         "gpus_in_use_mean": sum(run.in_use) / len(run.in_use),
@@ -135,9 +144,10 @@ def main() -> None:
                     and r["engines_per_plan"] == consolidated["engines_per_plan"]
                     and not r["consolidate_every"])
     phases = since_consolidation(consolidated, baseline)
-    print(f"consolidation: {consolidated['consolidation']['plans']} plans, "
-          f"{consolidated['consolidation']['engines_moved']} engines moved, "
-          f"{consolidated['consolidation']['gpus_freed']} GPUs freed", flush=True)
+    print_table("Consolidations (plans that would free no GPU move nothing, and count)",
+                ["trial", "plans", "engines moved", "GPUs freed"],
+                [[r["trial"], r["consolidation"]["plans"], r["consolidation"]["engines_moved"],
+                  r["consolidation"]["gpus_freed"]] for r in results if r["consolidation"]])
     print_table("GPUs in use by arrivals since the last consolidation (after arrival 500)",
                 ["arrivals since", "with consolidation", "without"],
                 [[p["arrivals_since"], p["with_consolidation"], p["without"]] for p in phases])

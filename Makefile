@@ -1,7 +1,7 @@
 # Two commands do all the set-up (each installs what is missing first, then reuses it):
 #   make serve   the gateway + control plane + tritonserver with the demo LLM through our vLLM backend
 #   make test    the whole test suite (what CI runs)
-.PHONY: setup serve test lint docker-lint unit-test docker-build docker-e2e bench bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement bench-burst bench-promotion bench-gateway bench-limits bench-fairness bench-autoscale
+.PHONY: setup serve test lint docker-lint unit-test docker-build docker-e2e bench bench-overhead bench-priority bench-stall bench-admin-api bench-lifecycle bench-placement bench-placement-trials bench-burst bench-promotion bench-gateway bench-limits bench-fairness bench-autoscale
 
 PYTHON := .venv/bin/python
 
@@ -56,6 +56,9 @@ bench-lifecycle: setup
 
 bench-placement: setup
 	$(PYTHON) -m bench.placement
+
+bench-placement-trials: setup
+	$(PYTHON) -m bench.placement_trials
 
 bench-burst: setup
 	$(PYTHON) -m bench.burst

@@ -196,11 +196,11 @@ def run_ours(versions: list[Version], headroom: float = HEADROOM,
             number = numbers[move.holder]
             live[number] = (loaded, fleet.kind_of[target.node], live[number][2])
 
-    def defragment(arrival: int) -> None:
+    def plan_after(arrival: int) -> None:
         if defragmenting is None:
             return
         if arrival % defragmenting.every == defragmenting.offset:
-            defragment_now()
+            defragment()
         every = defragmenting.consolidate_every
         if (every is not None and arrival % every == defragmenting.consolidate_offset) or \
                 arrival in defragmenting.consolidate_at:
@@ -209,7 +209,7 @@ def run_ours(versions: list[Version], headroom: float = HEADROOM,
             run.consolidation.count(plan, time.perf_counter() - started)
             carry_out(plan.moves)
 
-    def defragment_now() -> None:
+    def defragment() -> None:
         assert defragmenting is not None
         started = time.perf_counter()
         plan = plan_defragmentation(state, requests, defragmenting.budget)
@@ -224,7 +224,7 @@ def run_ours(versions: list[Version], headroom: float = HEADROOM,
         carry_out(repacked.moves)
 
     return simulate(run, versions, fleet, decide, leave,
-                    after_arrival=defragment if defragmenting is not None else None, live=live)
+                    after_arrival=plan_after if defragmenting is not None else None, live=live)
 
 
 def run_first_fit(versions: list[Version]) -> Run:

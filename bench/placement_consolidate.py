@@ -36,6 +36,7 @@ from control_plane.placement.defragment import (
     GpuKey,
     Move,
     MoveBudget,
+    ScratchGpu,
     placement_on,
     plan_of,
 )
@@ -89,9 +90,7 @@ def _best_gpu(scratch: FleetScratch, request: PlacementRequest, own: GpuKey) -> 
     best_empty: tuple[int, bool, GpuKey] | None = None
     for node in request.nodes or scratch.targets:
         for gpu in scratch.targets.get(node, ()):
-            booking, usable = engine_fit(request.bytes_per_gpu, request.headroom_fraction,
-                                         gpu.total)
-            left = usable - gpu.booked - gpu.foreign - booking
+            left = _room_left(request, gpu)
             if left < 0:
                 continue
             if gpu.booked:
@@ -106,22 +105,28 @@ def _best_gpu(scratch: FleetScratch, request: PlacementRequest, own: GpuKey) -> 
     return None if chosen is None else chosen[2]
 
 
+def _room_left(request: PlacementRequest, gpu: ScratchGpu) -> int:
+    """What ``gpu`` keeps usable once ``request``'s engine is booked on it; negative when it
+    does not fit."""
+    booking, usable = engine_fit(request.bytes_per_gpu, request.headroom_fraction, gpu.total)
+    return usable - gpu.booked - gpu.foreign - booking
+
+
 def _ordered(scratch: FleetScratch, requests: Mapping[str, PlacementRequest],
              current: Mapping[str, Reservation], wanted: dict[str, GpuKey]) -> list[Move] | None:
     """The moves that take each holder in ``wanted`` to its GPU, each fitting beside what is
     booked at its turn; a cycle passes one holder through a GPU that stays empty. None when even
     that cannot go on (no spare GPU has room)."""
+    targets = set(wanted.values())
     spare = sorted((gpu for gpus in scratch.targets.values() for gpu in gpus if not gpu.booked
-                    and gpu.key not in set(wanted.values())), key=lambda gpu: -gpu.total)
+                    and gpu.key not in targets), key=lambda gpu: -gpu.total)
     pending = dict(sorted(wanted.items()))
     where = dict(current)
     stepped_aside: set[str] = set()
     moves: list[Move] = []
 
     def fits(holder: str, key: GpuKey) -> bool:
-        request, gpu = requests[holder], scratch.gpus[key]
-        booking, usable = engine_fit(request.bytes_per_gpu, request.headroom_fraction, gpu.total)
-        return gpu.booked + gpu.foreign + booking <= usable
+        return _room_left(requests[holder], scratch.gpus[key]) >= 0
 
     def move(holder: str, key: GpuKey) -> None:
         gpu = scratch.gpus[key]

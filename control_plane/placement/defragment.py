@@ -94,7 +94,7 @@ class DefragmentationPlan:
 
 
 @dataclass
-class _Gpu:
+class ScratchGpu:
     key: GpuKey
     index: int
     total: int
@@ -116,9 +116,9 @@ class FleetScratch:
 
     def __init__(self, fleet: FleetState, requests: Mapping[str, PlacementRequest]) -> None:
         self.requests = requests
-        self.gpus: dict[GpuKey, _Gpu] = {}
+        self.gpus: dict[GpuKey, ScratchGpu] = {}
         # Per node, its GPUs that may take an engine (readable, healthy, not excluded).
-        self.targets: dict[str, list[_Gpu]] = {}
+        self.targets: dict[str, list[ScratchGpu]] = {}
         for view in fleet.nodes:
             verdicts = fleet.reading_verdicts(view) if view.error is None else \
                 (("inventory-readable", view.error),) * len(view.gpus)
@@ -126,7 +126,7 @@ class FleetScratch:
             for reading, verdict in zip(view.gpus, verdicts, strict=True):
                 book = books.get(reading.uuid)
                 used, active = reading.memory_used_bytes or 0, book.active if book else 0
-                gpu = _Gpu((view.name, reading.uuid), reading.index,
+                gpu = ScratchGpu((view.name, reading.uuid), reading.index,
                            reading.memory_total_bytes or 0, used - active if used > active else 0)
                 self.gpus[gpu.key] = gpu
                 if verdict is None:
@@ -146,13 +146,13 @@ class FleetScratch:
     def in_use(self) -> int:
         return sum(1 for gpu in self.gpus.values() if gpu.booked)
 
-    def sources(self) -> list[_Gpu]:
+    def sources(self) -> list[ScratchGpu]:
         """GPUs in use, the first to drain first: the smallest (their engines go to larger GPUs,
         of which fewer hold the same), then the fewest versions, then the least booked."""
         return sorted((gpu for gpu in self.gpus.values() if gpu.booked),
                       key=lambda gpu: (gpu.total, len(gpu.holders), gpu.booked, gpu.key))
 
-    def closure(self, source: _Gpu) -> list[_Gpu]:
+    def closure(self, source: ScratchGpu) -> list[ScratchGpu]:
         """``source`` and every GPU sharing a version with it, and so on: what draining it
         moves off, all of it on one node."""
         seen = {source.key: source}
@@ -182,9 +182,9 @@ class FleetScratch:
         current = self.held[holder]
         own = {(r.node, r.gpu_uuid) for r in current}
         needed = request.tensor_parallel_size * request.replicas
-        best: tuple[tuple[int, int, int, str], list[_Gpu]] | None = None
+        best: tuple[tuple[int, int, int, str], list[ScratchGpu]] | None = None
         for node in request.nodes or self.targets:
-            groups: dict[int, list[tuple[int, int, _Gpu]]] = {}
+            groups: dict[int, list[tuple[int, int, ScratchGpu]]] = {}
             empty = 0
             for gpu in self.targets.get(node, ()):
                 if gpu.key in frozen or gpu.key in own:
@@ -236,9 +236,9 @@ class FleetScratch:
         request = self.requests[holder]
         own = {(r.node, r.gpu_uuid) for r in self.held[holder]}
         needed = request.tensor_parallel_size * request.replicas
-        options: list[tuple[int, str, list[tuple[int, _Gpu]]]] = []
+        options: list[tuple[int, str, list[tuple[int, ScratchGpu]]]] = []
         for node in request.nodes or self.targets:
-            groups: dict[int, list[tuple[int, _Gpu]]] = {}
+            groups: dict[int, list[tuple[int, ScratchGpu]]] = {}
             for gpu in self.targets.get(node, ()):
                 if gpu.total <= larger_than or gpu.key in frozen or gpu.key in own or \
                         not gpu.booked:
@@ -407,7 +407,7 @@ def plan_of(scratch: FleetScratch, moves: list[Move], before: int) -> Defragment
                                gpus_in_use_after=before - len(freed) + len(opened))
 
 
-def _drain(scratch: FleetScratch, holders: list[str], source: _Gpu,
+def _drain(scratch: FleetScratch, holders: list[str], source: ScratchGpu,
            frozen: set[GpuKey]) -> tuple[_Drain, int] | None:
     """Move every holder off ``source``, or nothing (None) when one cannot move or the drain
     would leave more GPUs in use, or as many with nothing larger opened."""

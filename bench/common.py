@@ -144,7 +144,7 @@ def machine() -> dict[str, Any]:
 
 def print_table(title: str, headers: list[str], rows: list[list[Any]]) -> None:
     cells = [[f"{c:.3f}" if isinstance(c, float) else str(c) for c in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     print(f"\n{title}")
     print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
     print("  ".join("-" * w for w in widths))

@@ -9,8 +9,10 @@ plan. These trials run the same seeded stream through the same ``run_ours()`` wi
 
 For each: the GPUs in use at every arrival (mean, and against the memory bound with headroom),
 at the three snapshots against an offline first-fit decreasing of the versions live there (the
-solver's start; the proven bound lies 1-2 % below it, ``bench/results/placement.json``), the
-engines moved, and the GPUs in use by how many arrivals have passed since the last consolidation,
+solver's start; the proven bound lies 1-2 % below it, ``bench/results/placement.json``) and, for
+both layouts, where the GPUs go (per GPU kind: GPUs in use, the share of their usable memory
+booked, and the room left on them; where the engines of tensor-parallel or replicated versions
+run), the engines moved, and the GPUs in use by how many arrivals have passed since the last consolidation,
 beside the run without it. No MIP is solved here: the benchmark does that for its own run.
 
     .venv/bin/python -m bench.placement_trials
@@ -27,11 +29,13 @@ from typing import Any
 from bench.common import percentile, print_table, write_results
 from bench.placement import (
     Defragmenting,
+    Placed,
     first_fit_decreasing,
     run_ours,
     snapshot_arrivals,
 )
-from bench.placement_stream import GPUS_PER_NODE, NODE_KINDS, Fleet, make_versions
+from bench.placement_stream import GPUS_PER_NODE, HEADROOM, NODE_KINDS, Fleet, make_versions
+from control_plane.placement.accounting import usable_bytes
 from control_plane.placement.defragment import MoveBudget
 
 VERSIONS = 5000
@@ -73,7 +77,10 @@ def trial(spec: tuple[str, int, int, int | None, int], count: int = VERSIONS) ->
     for arrival, live in sorted(run.snapshots.items()):
         packed = first_fit_decreasing(live, fleet)
         snapshots.append({"arrival": arrival, "ours_gpus": run.in_use[arrival],
-                          "first_fit_decreasing_gpus": packed[1] if packed else None})
+                          "first_fit_decreasing_gpus": packed[1] if packed else None,
+                          "ours_by_kind": by_kind(live, fleet),
+                          "first_fit_decreasing_by_kind": by_kind(packed[0], fleet)
+                          if packed else None})
     plans = (run.defragmentation, run.room, run.consolidation)
     return {
         "trial": name, "plans_every": every, "engines_per_plan": engines,
@@ -99,6 +106,37 @@ def trial(spec: tuple[str, int, int, int | None, int], count: int = VERSIONS) ->
         "refused": run.refused, "moves_infeasible": run.moves_infeasible,
         "over_commits": run.over_commits,
     }
+
+
+GIB = 2**30
+
+
+def by_kind(placed: Placed, fleet: Fleet) -> dict[str, dict[str, float]]:
+    """Per GPU kind: GPUs in use, the share of their usable memory booked, the room left on them
+    (GiB, in all and on those with at least 10 GiB left), and the engines of versions on several
+    GPUs there: where a layout spends GPUs that another does not."""
+    booked: dict[tuple[str, str], int] = {}
+    multi: dict[str, int] = {}
+    for reservations, _ in placed:
+        for reservation in reservations:
+            key = (reservation.node, reservation.gpu_uuid)
+            booked[key] = booked.get(key, 0) + reservation.bytes
+            if len(reservations) > 1:
+                kind = fleet.kind_of[reservation.node]
+                multi[kind] = multi.get(kind, 0) + 1
+    usable = {kind: usable_bytes(total, HEADROOM) for kind, total, _ in NODE_KINDS}
+    kinds: dict[str, dict[str, float]] = {}
+    for kind, _, _ in NODE_KINDS:
+        left = [usable[kind] - b for (node, _), b in booked.items() if fleet.kind_of[node] == kind]
+        if left:
+            kinds[kind] = {
+                "gpus_in_use": len(left),
+                "booked_of_usable": 1 - sum(left) / (usable[kind] * len(left)),
+                "room_left_gib": sum(left) / GIB,
+                "room_left_on_gpus_with_10_gib_or_more_gib": sum(x for x in left
+                                                                 if x >= 10 * GIB) / GIB,
+                "engines_of_versions_on_several_gpus": multi.get(kind, 0)}
+    return kinds
 
 
 def since_consolidation(with_it: dict[str, Any], without: dict[str, Any],
@@ -139,6 +177,16 @@ def main() -> None:
           r["snapshot_ratio_to_first_fit_decreasing_mean"], r["engines_moved"],
           r["engines_moved_per_arrival"], r["plan_ms_p50"], r["refused"],
           r["moves_infeasible"], r["over_commits"]] for r in results])
+    benchmarks = results[0]
+    print_table(
+        f"Where the GPUs go at the snapshots, {benchmarks['trial']} (per GPU kind: in use, booked "
+        "share of usable memory, room left in GiB (on GPUs with >= 10 GiB left), engines of "
+        "versions on several GPUs)",
+        ["arrival", "layout", *(kind for kind, _, _ in NODE_KINDS)],
+        [[s["arrival"], layout, *(_kind_cell(s[key], kind) for kind, _, _ in NODE_KINDS)]
+         for s in benchmarks["snapshots"]
+         for layout, key in (("ours", "ours_by_kind"), ("FFD", "first_fit_decreasing_by_kind"))
+         if s[key] is not None])
     consolidated = next(r for r in results if r["consolidate_every"] == FOLLOWED)
     baseline = next(r for r in results if r["plans_every"] == consolidated["plans_every"]
                     and r["engines_per_plan"] == consolidated["engines_per_plan"]
@@ -155,6 +203,15 @@ def main() -> None:
         del r["in_use"]
     write_results("placement_trials", {"versions": args.versions, "peak_demand": PEAK_DEMAND,
                                        "trials": results, "since_consolidation": phases})
+
+
+def _kind_cell(kinds: dict[str, dict[str, float]], kind: str) -> str:
+    if kind not in kinds:
+        return "-"
+    k = kinds[kind]
+    return (f"{k['gpus_in_use']:.0f}, {k['booked_of_usable']:.1%}, "
+            f"{k['room_left_gib']:.0f} ({k['room_left_on_gpus_with_10_gib_or_more_gib']:.0f}), "
+            f"{k['engines_of_versions_on_several_gpus']:.0f}")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
 
 from control_plane.settings import Settings
+from control_plane.triton.protocol import NodeUnreachable
 from control_plane.triton.runtime import CACHE_DIR, PROJECT_ROOT
 from control_plane.triton.server import TritonServer
 from control_plane.webhooks.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
@@ -87,8 +88,23 @@ def no_candidate_left(http: TestClient, headers: dict[str, str], node: TritonSer
     assert not [n for n in names if n.startswith("candidate-")], names
     deployments = http.get("/api/v1/deployments", headers=headers, params={"model": "m"}).json()
     assert [d["alias"] for d in deployments["items"]] == ["production"]
-    ready = served(node, os.environ[KEY_VARIABLE])
+    ready = served_once_reachable(node)
     assert not [name for name in ready if name.startswith("m.candidate-")], ready
+
+
+def served_once_reachable(node: TritonServer, within: float = 60.0) -> dict[str, set[int]]:
+    """What the node serves, asked again while it does not answer: right after a load that
+    failed, the bundled tritonserver has not answered gRPC for a few seconds (seen in CI, next to
+    the failed engine's stub crashing as it exited; not root-caused). The check is of what is left
+    on the node, not of that pause."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return served(node, os.environ[KEY_VARIABLE])
+        except NodeUnreachable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
 
 
 def why(promotion: dict[str, Any], node: TritonServer) -> str:

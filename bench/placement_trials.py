@@ -12,8 +12,8 @@ at the three snapshots against an offline first-fit decreasing of the versions l
 solver's start; the proven bound lies 1-2 % below it, ``bench/results/placement.json``) and, for
 both layouts, where the GPUs go (per GPU kind: GPUs in use, the share of their usable memory
 booked, and the room left on them; where the engines of tensor-parallel or replicated versions
-run), the engines moved, and the GPUs in use by how many arrivals have passed since the last consolidation,
-beside the run without it. No MIP is solved here: the benchmark does that for its own run.
+run), the engines moved, and the GPUs in use by how many arrivals have passed since the last
+consolidation, beside the run without it. No MIP is solved here: the benchmark does that for its own run.
 
     .venv/bin/python -m bench.placement_trials
 """
@@ -125,10 +125,13 @@ def by_kind(placed: Placed, fleet: Fleet) -> dict[str, dict[str, float]]:
                 kind = fleet.kind_of[reservation.node]
                 multi[kind] = multi.get(kind, 0) + 1
     usable = {kind: usable_bytes(total, HEADROOM) for kind, total, _ in NODE_KINDS}
+    lefts: dict[str, list[int]] = {}
+    for (node, _), bytes_booked in booked.items():
+        kind = fleet.kind_of[node]
+        lefts.setdefault(kind, []).append(usable[kind] - bytes_booked)
     kinds: dict[str, dict[str, float]] = {}
     for kind, _, _ in NODE_KINDS:
-        left = [usable[kind] - b for (node, _), b in booked.items() if fleet.kind_of[node] == kind]
-        if left:
+        if left := lefts.get(kind):
             kinds[kind] = {
                 "gpus_in_use": len(left),
                 "booked_of_usable": 1 - sum(left) / (usable[kind] * len(left)),

@@ -22,6 +22,7 @@ import yaml
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
+from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from control_plane.settings import Settings
 from control_plane.triton.protocol import NodeUnreachable
@@ -92,19 +93,14 @@ def no_candidate_left(http: TestClient, headers: dict[str, str], node: TritonSer
     assert not [name for name in ready if name.startswith("m.candidate-")], ready
 
 
-def served_once_reachable(node: TritonServer, within: float = 60.0) -> dict[str, set[int]]:
+@retry(retry=retry_if_exception_type(NodeUnreachable), stop=stop_after_delay(60),
+       wait=wait_fixed(1.0), reraise=True)
+def served_once_reachable(node: TritonServer) -> dict[str, set[int]]:
     """What the node serves, asked again while it does not answer: right after a load that
     failed, the bundled tritonserver has not answered gRPC for a few seconds (seen in CI, next to
     the failed engine's stub crashing as it exited; not root-caused). The check is of what is left
     on the node, not of that pause."""
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            return served(node, os.environ[KEY_VARIABLE])
-        except NodeUnreachable:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1.0)
+    return served(node, os.environ[KEY_VARIABLE])
 
 
 def why(promotion: dict[str, Any], node: TritonServer) -> str:
